@@ -1,0 +1,42 @@
+"""onnxlite: export, quantize, verify and benchmark models with ONNX Runtime.
+
+The public API is importable from here; heavy pieces load on first use so that
+``import onnxlite`` (and the CLI) start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .errors import OnnxliteError, UsageError
+from .hookspecs import hookimpl
+from .protocols import QuantizeContext, QuantizeOutcome
+from .specs import FrameworkSpec, MetricSpec, Option, ProviderSpec, QuantizerSpec
+
+__all__ = [
+    "FrameworkSpec", "MetricSpec", "OnnxliteError", "Option", "ProviderSpec", "QuantizeContext",
+    "QuantizeOutcome", "QuantizerSpec", "UsageError", "__version__", "bench", "compare", "export",
+    "get_registry", "hookimpl", "lighten", "quantize",
+]
+
+#: public name -> (module, attribute), imported on first access
+_LAZY = {
+    "get_registry": ("registry", "get_registry"),
+    "export": ("exporting", "export"),
+    "quantize": ("quantizing", "quantize"),
+    "compare": ("comparing", "compare"),
+    "bench": ("benchmarking", "bench"),
+    "lighten": ("lightening", "lighten"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from .plugins import _onnxlite_version
+
+        return _onnxlite_version()
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
+    raise AttributeError(f"module 'onnxlite' has no attribute {name!r}")

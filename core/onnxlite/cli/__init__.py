@@ -1,0 +1,90 @@
+"""The ``onnxlite`` command: a thin click layer over the Python API.
+
+Errors the user can fix print one line (``Error: ...``) and exit with the
+error's code (2 for usage errors); ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..errors import OnnxliteError
+from .bench import bench
+from .compare import compare
+from .export import export
+from .lighten import lighten
+from .quantize import quantize
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .. import __version__
+
+    click.echo(f"onnxlite {__version__}")
+    ctx.exit(0)
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
+@click.option("--list-plugins", is_flag=True, help="List frameworks, strategies, providers and metrics, and broken plugins.")
+@click.option("--json", "as_json", is_flag=True, help="With --list-plugins: print JSON.")
+@click.option("--debug", is_flag=True, help="Show tracebacks and trace plugin hook calls.")
+@click.pass_context
+def cli(ctx: click.Context, list_plugins: bool, as_json: bool, debug: bool) -> None:
+    """Make trained models small and fast without losing their answers.
+
+    \b
+    export    PyTorch / TensorFlow / ONNX -> verified ONNX
+    quantize  one strategy (dynamic, static, transformer, fp16, int4, plugins...)
+    compare   accuracy of a candidate against the source model
+    bench     latency, throughput, memory and size, interleaved
+    lighten   search the strategies for the lightest model within an accuracy budget
+    """
+    if debug:
+        os.environ.setdefault("ONNXLITE_TRACE_HOOKS", "1")
+    if list_plugins:
+        from ..registry import get_registry
+        from .list_plugins import show
+
+        show(get_registry(), as_json)
+        return
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+for command in (export, quantize, compare, bench, lighten):
+    cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI and turn our errors into one line and an exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        code = cli.main(args=args, prog_name="onnxlite", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except OnnxliteError as exc:
+        if debug:
+            raise
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against bare tracebacks
+        if debug:
+            raise
+        message = " ".join(str(exc).split())
+        click.echo(f"Error: {type(exc).__name__}: {message} (run with --debug for the traceback)", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,13 @@
+"""`onnxlite compare` (filled in by its own capability)."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import OnnxliteError
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def compare() -> None:
+    """Not available yet in this build."""
+    raise OnnxliteError("'onnxlite compare' is not available yet in this build")

@@ -1,0 +1,174 @@
+"""Input specs (``NAME:DTYPE[dim,...]``) and sample inputs generated from them.
+
+Symbolic dims (``batch``, ``seq``) are dynamic axes.  Samples stay in each
+input's valid range: token ids below the vocabulary size, attention masks of
+0/1 with real padding, token type ids of 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+Dim = int | str
+
+DTYPES = ("float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+_SPEC_RE = re.compile(r"^\s*([^:\s]+)\s*:\s*([A-Za-z0-9_]+)\s*\[(.*)\]\s*$")
+_DTYPE_ALIASES = {"float": "float32", "double": "float64", "long": "int64", "int": "int32", "half": "float16",
+                  "fp32": "float32", "fp16": "float16"}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input.  ``shape`` holds ints for fixed dims and names for dynamic ones.
+
+    ``value_range`` is ``(low, high)`` (high exclusive) for integer inputs such
+    as token ids; ``role`` is ``"ids"``, ``"mask"``, ``"type_ids"`` or None and
+    steers sample generation.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...]
+    value_range: tuple[int, int] | None = None
+    role: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def dynamic_axes(self) -> dict[int, str]:
+        return {i: d for i, d in enumerate(self.shape) if isinstance(d, str)}
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+    def with_role(self) -> InputSpec:
+        return self if self.role else replace(self, role=guess_role(self.name))
+
+
+def guess_role(name: str) -> str | None:
+    lowered = name.lower()
+    if "mask" in lowered:
+        return "mask"
+    if "token_type" in lowered or "segment" in lowered:
+        return "type_ids"
+    if lowered.endswith("ids") or lowered.endswith("_id"):
+        return "ids"
+    return None
+
+
+def normalize_dtype(dtype: str, where: str = "--input") -> str:
+    value = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
+    if value not in DTYPES:
+        raise UsageError(f"{where}: unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    return value
+
+
+def parse_input_spec(text: str) -> InputSpec:
+    """Parse ``NAME:DTYPE[dim,...]``, e.g. ``input_ids:int64[batch,seq]`` or ``x:float32[batch,3,224,224]``."""
+    match = _SPEC_RE.match(text)
+    if not match:
+        raise UsageError(f"--input {text!r}: expected NAME:DTYPE[dim,...], for example input_ids:int64[batch,seq]")
+    name, dtype, dims_text = match.groups()
+    dims: list[Dim] = []
+    for raw in (d.strip() for d in dims_text.split(",") if d.strip()):
+        if raw.isdigit():
+            if int(raw) <= 0:
+                raise UsageError(f"--input {text!r}: dims must be positive, got {raw}")
+            dims.append(int(raw))
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", raw):
+            dims.append(raw)
+        else:
+            raise UsageError(f"--input {text!r}: bad dim {raw!r}; use a positive integer or a name such as batch")
+    return InputSpec(name, normalize_dtype(dtype, f"--input {text!r}"), tuple(dims)).with_role()
+
+
+def specs_from_onnx(model: Any) -> list[InputSpec]:
+    """Input specs of an ONNX model (a path or a ``ModelProto``), initializers excluded."""
+    import onnx
+    from onnx import helper
+
+    if not isinstance(model, onnx.ModelProto):
+        from .modelio import load_model
+
+        model = load_model(model, load_external_data=False)
+    initializers = {init.name for init in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
+        dims: list[Dim] = []
+        for i, dim in enumerate(tensor.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value > 0:
+                dims.append(int(dim.dim_value))
+            else:
+                dims.append(dim.dim_param or ("batch" if i == 0 else f"dim{i}"))
+        specs.append(InputSpec(value.name, dtype, tuple(dims)).with_role())
+    return specs
+
+
+def resolve_shape(spec: InputSpec, batch: int, seq: int, sizes: Mapping[str, int] | None = None) -> tuple[int, ...]:
+    """Concrete shape: a dynamic first axis gets ``batch``, other dynamic axes ``seq``
+    (or the size given for that dim name in ``sizes``)."""
+    sizes = dict(sizes or {})
+    shape = []
+    for i, dim in enumerate(spec.shape):
+        if isinstance(dim, int):
+            shape.append(dim)
+        elif dim in sizes:
+            shape.append(sizes[dim])
+        else:
+            shape.append(batch if i == 0 else seq)
+    return tuple(shape)
+
+
+def make_feeds(specs: Sequence[InputSpec], batch: int = 2, seq: int = 8, seed: int = 0,
+               pad: bool = True, sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Random but valid inputs for ``specs``.
+
+    With ``pad=True`` and a mask input, row ``i`` of a batch is shorter than
+    row 0 (never below one token): masks are 0 and ids are the pad id 0 there,
+    so padded batches are exercised, not just full ones.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    lengths = None
+    for spec in specs:
+        shape = resolve_shape(spec, batch, seq, sizes)
+        role = spec.role or guess_role(spec.name)
+        np_dtype = np.dtype("float32") if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+        if role in {"mask", "ids", "type_ids"} and len(shape) >= 2 and lengths is None:
+            full = shape[1]
+            lengths = [full if (i == 0 or not pad) else max(1, full - (i * max(1, full // 4)) % full)
+                       for i in range(shape[0])]
+        if np_dtype.kind == "f":
+            array = rng.standard_normal(shape).astype(np_dtype)
+        elif np_dtype.kind == "b":
+            array = rng.integers(0, 2, shape).astype(bool)
+        elif role == "mask":
+            array = np.ones(shape, dtype=np_dtype)
+        elif role == "type_ids":
+            array = np.zeros(shape, dtype=np_dtype)
+        else:
+            low, high = spec.value_range or (0, 100 if role == "ids" else 10)
+            array = rng.integers(low, high, shape).astype(np_dtype)
+        feeds[spec.name] = array
+    if pad and lengths is not None:
+        for spec in specs:
+            array = feeds[spec.name]
+            role = spec.role or guess_role(spec.name)
+            if role not in {"mask", "ids", "type_ids"} or array.ndim < 2 or array.shape[0] != len(lengths):
+                continue
+            for row, length in enumerate(lengths):
+                array[row, length:] = 0
+    return feeds

@@ -1,0 +1,155 @@
+"""Reading, measuring and writing ONNX files, with external data handled throughout."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .atomic import scratch_dir
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    import onnx
+
+#: protobuf refuses single files over 2 GiB; above this we always write external data.
+EXTERNAL_DATA_THRESHOLD = 2 * 1024**3 - 64 * 1024**2
+
+#: operators that only appear in a model that has been quantized already.
+QUANTIZED_OPS = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+    "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QGemm", "QAttention", "QOrderedAttention",
+    "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulNBits", "DequantizeBFP", "QLinearSigmoid",
+    "QLinearLeakyRelu", "QLinearConcat", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax",
+})
+
+
+def check_exists(path: str | os.PathLike[str], what: str = "model") -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    if what == "model" and path.is_dir():
+        raise UsageError(f"{path}: is a folder, expected an .onnx file")
+    return path
+
+
+def load_model(path: str | os.PathLike[str], load_external_data: bool = True) -> onnx.ModelProto:
+    """Load and check an ONNX model; unreadable files are a one-line :class:`UsageError`."""
+    import onnx
+
+    path = check_exists(path)
+    try:
+        model = onnx.load(str(path), load_external_data=load_external_data)
+    except Exception as exc:
+        raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+    if not model.graph.node and not model.graph.output:
+        raise UsageError(f"{path}: not a readable ONNX model (empty graph)")
+    return model
+
+
+def check_model(path: str | os.PathLike[str]) -> None:
+    """Run ``onnx.checker`` on a file (by path, so models over 2 GB work)."""
+    import onnx
+
+    path = check_exists(path)
+    try:
+        onnx.checker.check_model(str(path))
+    except Exception as exc:
+        raise UsageError(f"{path}: invalid ONNX model ({' '.join(str(exc).split())[:300]})") from None
+
+
+def external_data_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The external-data files a model refers to (existing ones only)."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    path = Path(path)
+    model = onnx.load(str(path), load_external_data=False)
+    found: set[Path] = set()
+    for tensor in _get_all_tensors(model):
+        if uses_external_data(tensor):
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    found.add(path.parent / entry.value)
+    return sorted(p for p in found if p.exists())
+
+
+def model_size(path: str | os.PathLike[str]) -> int:
+    """Bytes on disk, external data included."""
+    path = Path(path)
+    return path.stat().st_size + sum(p.stat().st_size for p in external_data_files(path))
+
+
+def op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    counts: Counter[str] = Counter(node.op_type for node in model.graph.node)
+    for function in model.functions:
+        counts.update(node.op_type for node in function.node)
+    return dict(sorted(counts.items()))
+
+
+def quantized_ops(model: onnx.ModelProto) -> dict[str, int]:
+    return {op: n for op, n in op_counts(model).items() if op in QUANTIZED_OPS}
+
+
+def is_quantized(model: onnx.ModelProto) -> bool:
+    if quantized_ops(model):
+        return True
+    return any(p.key == "onnxlite.strategy" for p in model.metadata_props)
+
+
+def set_metadata(model: onnx.ModelProto, values: dict[str, str]) -> None:
+    """Set (or replace) ``metadata_props`` entries."""
+    existing = {p.key: p for p in model.metadata_props}
+    for key, value in values.items():
+        if key in existing:
+            existing[key].value = str(value)
+        else:
+            entry = model.metadata_props.add()
+            entry.key, entry.value = key, str(value)
+
+
+def get_metadata(model: onnx.ModelProto) -> dict[str, str]:
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def save_model(model: onnx.ModelProto, target: str | os.PathLike[str], external_data: bool | None = None) -> Path:
+    """Write ``model`` to ``target`` atomically.
+
+    ``external_data=None`` writes external data only when the model would not
+    fit in one protobuf file.  The data file (``<name>.data``) is moved into
+    place before the model file, so nobody ever sees a model without its data.
+    """
+    import onnx
+
+    target = Path(target)
+    if external_data is None:
+        external_data = model.ByteSize() > EXTERNAL_DATA_THRESHOLD
+    with scratch_dir(target) as work:
+        tmp_model = work / target.name
+        data_name = f"{target.name}.data"
+        if external_data:
+            onnx.save_model(model, str(tmp_model), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=data_name, size_threshold=1024)
+            if (work / data_name).exists():
+                os.replace(work / data_name, target.parent / data_name)
+        else:
+            onnx.save_model(model, str(tmp_model))
+        os.replace(tmp_model, target)
+    return target
+
+
+def publish_model(produced: str | os.PathLike[str], target: str | os.PathLike[str],
+                  external_data: bool | None = None, metadata: dict[str, str] | None = None) -> Path:
+    """Move a model a tool wrote in a scratch folder to ``target`` atomically, re-homing its external data.
+
+    ``external_data=None`` keeps external data if the produced model had it.
+    """
+    produced = Path(produced)
+    had_external = bool(external_data_files(produced))
+    model = load_model(produced, load_external_data=True)
+    if metadata:
+        set_metadata(model, metadata)
+    if external_data is None:
+        external_data = had_external or model.ByteSize() > EXTERNAL_DATA_THRESHOLD
+    return save_model(model, target, external_data=external_data)

@@ -1,0 +1,105 @@
+"""The small interfaces behind the specs.
+
+Third parties implement these structurally: any object with the right methods
+will do, nothing needs to subclass a class of ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .inputs import InputSpec
+
+Feeds = Mapping[str, "np.ndarray"]
+
+
+@runtime_checkable
+class SourceModel(Protocol):
+    """A model loaded by a framework plugin, ready to run and to export."""
+
+    def input_specs(self) -> Sequence[InputSpec]:
+        """The model's inputs as derived from the model itself.
+
+        Raise :class:`~onnxlite.errors.UsageError` when they cannot be derived
+        and the user must pass ``--input``.
+        """
+        ...
+
+    def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
+        """Run the source framework on numpy inputs; outputs keyed by the names the export will use."""
+        ...
+
+    def export(self, path: Path, inputs: Sequence[InputSpec], sample: Feeds, opset: int,
+               options: Mapping[str, Any]) -> Mapping[str, str]:
+        """Write an ONNX model to ``path`` and return provenance to record in its metadata."""
+        ...
+
+
+@runtime_checkable
+class Exporter(Protocol):
+    """Loads sources of one framework."""
+
+    def load(self, source: str, options: Mapping[str, Any]) -> SourceModel:
+        ...
+
+
+@dataclass
+class QuantizeContext:
+    """What the host hands a quantizer besides the model and options."""
+
+    #: Calibration feeds (an iterable of ``{input name: array}``), or None.
+    calibration: Any = None
+    #: Scratch folder the quantizer may use; removed afterwards.
+    workdir: Path | None = None
+    #: Report a non-fatal concern to the user.
+    warn: Callable[[str], None] = print
+
+
+@dataclass
+class QuantizeOutcome:
+    """What a quantizer may report back (everything optional)."""
+
+    excluded_nodes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Quantizer(Protocol):
+    """Turns one ONNX model into a lighter one."""
+
+    def quantize(self, model: Path, output: Path, options: Mapping[str, Any],
+                 context: QuantizeContext) -> QuantizeOutcome | None:
+        """Read ``model`` (never modify it) and write the result to ``output``."""
+        ...
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Builds the onnxruntime ``providers=`` argument for one execution provider."""
+
+    def check(self) -> str | None:
+        """Return None when usable here, else a one-line reason with the install hint."""
+        ...
+
+    def session_providers(self, options: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The ``(name, options)`` pairs to pass to ``onnxruntime.InferenceSession``."""
+        ...
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """Scores candidate outputs against reference outputs."""
+
+    def applies(self, name: str, reference: np.ndarray, feeds: Feeds) -> bool:
+        """Whether this metric makes sense for this output by default."""
+        ...
+
+    def compute(self, reference: np.ndarray, candidate: np.ndarray, feeds: Feeds) -> float:
+        ...

@@ -1,0 +1,101 @@
+"""ONNX Runtime sessions, built through the provider plugins.
+
+A provider that the user asks for and that is not available is an error with
+the install hint, never a silent fall back to the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnxruntime as ort
+
+GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+EXECUTION_MODES = ("sequential", "parallel")
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """How to run a model: provider, intra-op threads, graph optimization level, execution mode."""
+
+    provider: str = "cpu"
+    threads: int | None = None
+    graph_optimization: str = "all"
+    execution_mode: str = "sequential"
+    provider_options: Mapping[str, Any] = field(default_factory=dict)
+    log_severity: int = 3
+
+
+def session_options(settings: SessionSettings) -> ort.SessionOptions:
+    import onnxruntime as ort
+
+    if settings.graph_optimization not in GRAPH_OPTIMIZATION_LEVELS:
+        raise UsageError(f"--graph-optimization: expected one of {', '.join(GRAPH_OPTIMIZATION_LEVELS)}, "
+                         f"got {settings.graph_optimization!r}")
+    if settings.execution_mode not in EXECUTION_MODES:
+        raise UsageError(f"--execution-mode: expected one of {', '.join(EXECUTION_MODES)}, got {settings.execution_mode!r}")
+    options = ort.SessionOptions()
+    if settings.threads:
+        if settings.threads < 0:
+            raise UsageError(f"--threads: must be positive, got {settings.threads}")
+        options.intra_op_num_threads = settings.threads
+    options.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[settings.graph_optimization]
+    options.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if settings.execution_mode == "parallel"
+                              else ort.ExecutionMode.ORT_SEQUENTIAL)
+    options.log_severity_level = settings.log_severity
+    return options
+
+
+def resolve_providers(settings: SessionSettings) -> list[tuple[str, dict[str, Any]]]:
+    """The ``providers=`` list for onnxruntime, after checking the provider is really usable here."""
+    from .registry import get_registry
+
+    entry = get_registry().get("provider", settings.provider)
+    provider = entry.create()
+    reason = provider.check()
+    if reason:
+        raise UsageError(f"--provider {settings.provider}: not available here: {reason}")
+    return provider.session_providers(dict(settings.provider_options))
+
+
+def create_session(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
+                   options: ort.SessionOptions | None = None) -> ort.InferenceSession:
+    """An InferenceSession on the requested provider; refuses to run elsewhere."""
+    import onnxruntime as ort
+
+    from .modelio import check_exists
+
+    settings = settings or SessionSettings()
+    path = check_exists(model_path)
+    providers = resolve_providers(settings)
+    try:
+        session = ort.InferenceSession(str(path), options or session_options(settings), providers=providers)
+    except Exception as exc:
+        raise UsageError(f"{path}: onnxruntime cannot load it ({' '.join(str(exc).split())[:300]})") from None
+    wanted = providers[0][0]
+    if wanted not in session.get_providers():
+        raise UsageError(f"--provider {settings.provider}: onnxruntime did not enable {wanted} "
+                         f"(got {', '.join(session.get_providers())})")
+    return session
+
+
+def run_session(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run with the feeds the session takes (extra entries such as ``labels`` are ignored)."""
+    names = [i.name for i in session.get_inputs()]
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise UsageError(f"data has no input {missing[0]!r} (the model takes {', '.join(names)})")
+    outputs = session.run(None, {n: feeds[n] for n in names})
+    return {o.name: value for o, value in zip(session.get_outputs(), outputs)}

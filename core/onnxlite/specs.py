@@ -1,0 +1,171 @@
+"""The plain, frozen specs that plugin hooks return.
+
+A hook never hands the host a live object: it returns specs that describe what
+it offers (name, description, what it ``requires``, its options) and a
+``factory`` that builds the worker only when it is needed.  The host collects
+the specs, keys them by name and checks ``requires`` with
+``importlib.util.find_spec`` so that listing plugins never imports torch or
+tensorflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+_TRUE = {"1", "true", "yes", "on", "y"}
+_FALSE = {"0", "false", "no", "off", "n"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a plugin, settable as ``--option name=value``.
+
+    ``type`` is one of ``str``, ``int``, ``float`` or ``bool``.  With
+    ``multiple=True`` the value is a comma-separated list of that type.
+    ``choices`` restricts the (string) values.
+    """
+
+    name: str
+    type: type = str
+    default: Any = None
+    help: str = ""
+    choices: tuple[str, ...] = ()
+    multiple: bool = False
+
+    def parse(self, raw: Any) -> Any:
+        """Convert ``raw`` (a string from the command line, or a Python value) to this option's type.
+
+        Raises ``ValueError`` with a short reason when it does not fit.
+        """
+        if self.multiple:
+            items = raw if isinstance(raw, (list, tuple)) else [s for s in str(raw).split(",") if s.strip()]
+            return tuple(self._parse_one(item) for item in items)
+        return self._parse_one(raw)
+
+    def _parse_one(self, raw: Any) -> Any:
+        if raw is None:
+            return None
+        if self.type is bool:
+            if isinstance(raw, bool):
+                value: Any = raw
+            elif str(raw).strip().lower() in _TRUE:
+                value = True
+            elif str(raw).strip().lower() in _FALSE:
+                value = False
+            else:
+                raise ValueError(f"expected true or false, got {raw!r}")
+        else:
+            try:
+                value = self.type(raw.strip() if isinstance(raw, str) else raw)
+            except (TypeError, ValueError):
+                raise ValueError(f"expected {self.type.__name__}, got {raw!r}") from None
+        if self.choices and value not in self.choices:
+            raise ValueError(f"expected one of {', '.join(self.choices)}, got {raw!r}")
+        return value
+
+    def describe_type(self) -> str:
+        base = "|".join(self.choices) if self.choices else self.type.__name__
+        return f"{base}[,...]" if self.multiple else base
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Fields every kind of spec shares.
+
+    ``requires`` names top-level modules the worker imports; ``install`` is the
+    pip requirement that brings them (for example ``"onnxlite[tensorflow]"``),
+    used in the "not available" message.
+    """
+
+    kind: ClassVar[str] = "spec"
+
+    name: str
+    description: str
+    factory: Callable[[], Any]
+    requires: tuple[str, ...] = ()
+    install: str = ""
+    options: tuple[Option, ...] = ()
+
+    def option(self, name: str) -> Option | None:
+        return next((o for o in self.options if o.name == name), None)
+
+
+@dataclass(frozen=True)
+class FrameworkSpec(Spec):
+    """A source framework that loads a model and exports it to ONNX.
+
+    ``detect(source)`` must be cheap (look at the path, never import the
+    framework); it says whether this framework claims ``source`` for
+    ``--framework auto``.  The factory returns an :class:`~onnxlite.protocols.Exporter`.
+    """
+
+    kind: ClassVar[str] = "framework"
+
+    detect: Callable[[str], bool] | None = None
+
+
+@dataclass(frozen=True)
+class QuantizerSpec(Spec):
+    """A lightweighting strategy.  The factory returns a :class:`~onnxlite.protocols.Quantizer`.
+
+    ``needs_calibration``: the strategy needs representative input data.
+    ``applies_to``: graph families it suits, any of ``"any"``, ``"transformer"``,
+    ``"conv"``, ``"matmul"``; ``lighten`` uses it to build candidates.
+    ``grid``: option sets worth trying when searching (each a mapping of option
+    name to value); the empty mapping means "the defaults".
+    ``gpu_only_gain``: honest flag for strategies (fp16) that mostly pay off on GPUs.
+    """
+
+    kind: ClassVar[str] = "quantizer"
+
+    needs_calibration: bool = False
+    applies_to: tuple[str, ...] = ("any",)
+    grid: tuple[Mapping[str, Any], ...] = field(default_factory=lambda: ({},))
+    gpu_only_gain: bool = False
+
+
+@dataclass(frozen=True)
+class ProviderSpec(Spec):
+    """An ONNX Runtime execution provider.
+
+    ``ort_name`` is the name onnxruntime uses (``"CUDAExecutionProvider"``).
+    ``packages`` are the pip distributions that ship it; the first is the one to
+    suggest.  ``provider_options`` are the defaults passed to onnxruntime and
+    ``fast_formats`` the model formats it accelerates (``"fp32"``, ``"fp16"``,
+    ``"qdq"``, ``"qoperator"``, ``"int4"``).  ``platforms`` limits it to some
+    operating systems (``("darwin",)`` for CoreML).  The factory returns a
+    :class:`~onnxlite.protocols.Provider`.
+    """
+
+    kind: ClassVar[str] = "provider"
+
+    ort_name: str = ""
+    packages: tuple[str, ...] = ("onnxruntime",)
+    provider_options: Mapping[str, Any] = field(default_factory=dict)
+    fast_formats: tuple[str, ...] = ()
+    #: ``sys.platform`` prefixes it exists on (empty: any).
+    platforms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MetricSpec(Spec):
+    """A way to score a candidate's outputs against the reference's.
+
+    ``higher_is_better`` orients the score; ``lighten`` and ``--max-drop``
+    measure a drop as the loss in that direction.  The factory returns a
+    :class:`~onnxlite.protocols.Metric`.
+    """
+
+    kind: ClassVar[str] = "metric"
+
+    higher_is_better: bool = True
+
+
+SPEC_TYPES: dict[str, type[Spec]] = {
+    "framework": FrameworkSpec,
+    "quantizer": QuantizerSpec,
+    "provider": ProviderSpec,
+    "metric": MetricSpec,
+}

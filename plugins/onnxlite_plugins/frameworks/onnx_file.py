@@ -1,0 +1,1 @@
+"""Built-in plugin: onnx_file (being written)."""

@@ -1,0 +1,1 @@
+"""Built-in plugin: fp16 (being written)."""

@@ -1,0 +1,1 @@
+"""Built-in plugin: int4 (being written)."""
