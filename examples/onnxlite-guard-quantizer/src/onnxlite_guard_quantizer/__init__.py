@@ -1,0 +1,68 @@
+"""The ``guarded`` strategy: dynamic int8, with the first/last layers and named nodes kept in float.
+
+A plain pluggy plugin: one ``@hookimpl`` that returns a ``QuantizerSpec``.
+Nothing here subclasses an onnxlite class; the quantizer object only needs a
+``quantize(model, output, options, context)`` method.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+from onnxlite import Option, QuantizeOutcome, QuantizerSpec, hookimpl
+
+WEIGHTED_OPS = ("MatMul", "Gemm")
+
+
+def guarded_nodes(graph, keep_first: bool, keep_last: bool, patterns) -> list[str]:
+    """Names of the nodes to keep in float, in graph order."""
+    weighted = [n.name for n in graph.node if n.op_type in WEIGHTED_OPS]
+    keep = {name for name in weighted if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
+    if weighted and keep_first:
+        keep.add(weighted[0])
+    if weighted and keep_last:
+        keep.add(weighted[-1])
+    return [n.name for n in graph.node if n.name in keep]
+
+
+class GuardedQuantizer:
+    def quantize(self, model: Path, output: Path, options, context) -> QuantizeOutcome:
+        # Heavy imports live here so that `onnxlite --list-plugins` stays fast.
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        graph = onnx.load(str(model), load_external_data=False).graph
+        unnamed = [n for n in graph.node if n.op_type in WEIGHTED_OPS and not n.name]
+        if unnamed:
+            context.warn(f"{len(unnamed)} MatMul/Gemm nodes have no name and cannot be guarded by name")
+        keep = guarded_nodes(graph, options["keep_first"], options["keep_last"], options["exclude"])
+        quantize_dynamic(
+            str(model), str(output),
+            weight_type=QuantType.QInt8,
+            per_channel=options["per_channel"],
+            op_types_to_quantize=list(WEIGHTED_OPS),
+            nodes_to_exclude=keep,
+        )
+        return QuantizeOutcome(excluded_nodes=keep, notes=[f"kept {len(keep)} node(s) in float"])
+
+
+@hookimpl
+def register_quantizers():
+    return [
+        QuantizerSpec(
+            name="guarded",
+            description="Dynamic int8 (per-channel) that keeps the first/last MatMul/Gemm and named nodes in float.",
+            factory=GuardedQuantizer,
+            requires=("onnxruntime", "onnx"),
+            install="onnxlite-guard-quantizer",
+            applies_to=("matmul", "transformer"),
+            options=(
+                Option("keep_first", bool, True, "Keep the first MatMul/Gemm in float."),
+                Option("keep_last", bool, True, "Keep the last MatMul/Gemm in float."),
+                Option("exclude", str, (), "More node names or glob patterns to keep in float.", multiple=True),
+                Option("per_channel", bool, True, "Per-channel weight scales."),
+            ),
+            grid=({}, {"keep_first": False}),
+        )
+    ]
