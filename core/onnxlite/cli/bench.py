@@ -1,13 +1,90 @@
-"""`onnxlite bench` (filled in by its own capability)."""
+"""``onnxlite bench MODEL [MODEL ...]``: a thin layer over :func:`onnxlite.benchmarking.bench`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
 from ..errors import OnnxliteError
+from .common import console, emit_json, is_tty, json_option, session_options, session_settings
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def bench() -> None:
-    """Not available yet in this build."""
-    raise OnnxliteError("'onnxlite bench' is not available yet in this build")
+@click.command()
+@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--runs", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Timed runs per model (after the warm-up).")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Measure each model for about this many seconds of running time instead of --runs.")
+@click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Untimed runs per model before measuring.")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Batch size (first dynamic axis).")
+@click.option("--seq-len", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Size of the other dynamic axes (sequence length) for generated inputs.")
+@click.option("--data", type=click.Path(path_type=Path), default=None,
+              help="Run on samples from this .npz (keyed by input name) instead of generated inputs.")
+@click.option("--name", "names", multiple=True, help="Name for each model, in order (default: file names).")
+@click.option("--title", default=None, help="Title of the table and report.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write report.html, report.json and report.md into this folder.")
+@session_options
+@json_option
+def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: int, batch: int, seq_len: int,
+          data: Path | None, names: tuple[str, ...], title: str | None, report_dir: Path | None, provider: str,
+          threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
+    """Latency, throughput, load time, memory, size and op count of one or more ONNX models.
+
+    Several models are measured interleaved (A B A B ...), each in its own
+    process, and compared with the first: size ratio, speedup, memory ratio.
+    """
+    from ..benchmarking import bench as run_bench
+    from ..reporting import render_table, write_report
+
+    settings = session_settings(provider, threads, graph_optimization, execution_mode)
+    err = console(stderr=True)
+    with _progress(err, enabled=is_tty()) as update:
+        result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=runs, warmup=warmup, seconds=seconds,
+                           settings=settings, data=data, names=list(names) or None, progress=update)
+    report = result.to_report(title)
+    written = write_report(report, report_dir) if report_dir else {}
+    if as_json:
+        payload = result.to_dict(latencies=False)
+        if written:
+            payload["report"] = {k: str(v) for k, v in written.items()}
+        emit_json(payload)
+    else:
+        out = console()
+        out.print(render_table(report))
+        if written:
+            out.print(f"Report: {written['html']} (and report.json, report.md)")
+    failed = [r for r in result.rows if r.status == "failed"]
+    if failed:
+        raise OnnxliteError("; ".join(f"{r.name} failed: {r.note}" for r in failed))
+
+
+class _progress:
+    """A rich progress bar on stderr; a no-op callback when stderr is not a terminal."""
+
+    def __init__(self, err, enabled: bool):
+        self.err, self.enabled = err, enabled
+        self.bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("measuring {task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                            TimeElapsedColumn(), console=self.err, transient=True)
+        self.bar.start()
+        task = self.bar.add_task("interleaved", total=1.0)
+
+        def update(fraction: float, name: str) -> None:
+            self.bar.update(task, completed=fraction, description=name)
+
+        return update
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()

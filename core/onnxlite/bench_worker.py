@@ -1,0 +1,150 @@
+"""One model's measuring process for ``onnxlite bench`` (``python -m onnxlite.bench_worker``).
+
+Each model gets its own long-lived process so that its peak resident memory
+is its own and nothing one model allocates bleeds into another's figures.
+The parent drives the workers in turn (A B A B ...) over a line-based JSON
+protocol on stdin/stdout:
+
+    {"cmd": "load", "model": PATH, "feeds": NPZ, "batch": N, "settings": {...}}
+        -> {"ok": true, "pid": ..., "load_seconds": ..., "baseline_rss_bytes": ..., "providers": [...]}
+    {"cmd": "run", "n": K}      -> {"ok": true, "latencies_ms": [...]}   (K timed session runs)
+    {"cmd": "stats"}            -> {"ok": true, "peak_rss_bytes": ..., "rss_bytes": ...}
+    {"cmd": "exit"}
+
+Failures answer ``{"ok": false, "error": MESSAGE, "usage": BOOL}``.  Latency is
+timed here, around ``session.run`` only, so the protocol's own overhead never
+enters the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set so far.
+
+    Linux keeps ``ru_maxrss`` across ``execve``, so a worker forked from a big
+    parent would report the parent's peak; ``VmHWM`` belongs to the new
+    address space and starts afresh.  Elsewhere ``ru_maxrss`` (bytes on macOS).
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def current_rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.session = None
+        self.batches: list[dict[str, Any]] = []
+        self.turn = 0
+
+    def load(self, msg: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        from .runtime import SessionSettings, create_session
+
+        with np.load(msg["feeds"], allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        self.batches = split_batches(arrays, int(msg["batch"]))
+        settings = SessionSettings(**msg["settings"])
+        # Import onnxruntime before the baseline so that the figure isolates what the model itself costs.
+        import onnxruntime  # noqa: F401
+
+        baseline = peak_rss_bytes()
+        start = time.perf_counter()
+        self.session = create_session(msg["model"], settings)
+        load_seconds = time.perf_counter() - start
+        names = [i.name for i in self.session.get_inputs()]
+        missing = [n for n in names if n not in self.batches[0]]
+        if missing:
+            raise _Usage(f"{msg['model']}: the inputs have no {missing[0]!r} (the model takes {', '.join(names)})")
+        self.batches = [{n: b[n] for n in names} for b in self.batches]
+        return {"pid": os.getpid(), "load_seconds": load_seconds, "baseline_rss_bytes": baseline,
+                "providers": self.session.get_providers()}
+
+    def run(self, n: int) -> dict[str, Any]:
+        assert self.session is not None, "load first"
+        run = self.session.run
+        clock = time.perf_counter_ns
+        latencies = []
+        for _ in range(n):
+            feeds = self.batches[self.turn % len(self.batches)]
+            self.turn += 1
+            start = clock()
+            run(None, feeds)
+            latencies.append((clock() - start) / 1e6)
+        return {"latencies_ms": latencies}
+
+    def stats(self) -> dict[str, Any]:
+        return {"peak_rss_bytes": peak_rss_bytes(), "rss_bytes": current_rss_bytes()}
+
+
+class _Usage(Exception):
+    pass
+
+
+def split_batches(arrays: dict[str, Any], batch: int) -> list[dict[str, Any]]:
+    """Complete batches of ``batch`` samples (axis 0); a dataset smaller than one batch is one short batch."""
+    count = min(a.shape[0] for a in arrays.values()) if arrays else 0
+    if count == 0:
+        raise _Usage("no samples to run")
+    starts = list(range(0, count - batch + 1, batch)) or [0]
+    return [{k: v[s:s + batch] for k, v in arrays.items()} for s in starts]
+
+
+def main() -> None:
+    # The protocol owns the real stdout; anything a library prints goes to stderr instead.
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    worker = Worker()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        cmd = msg.get("cmd")
+        if cmd == "exit":
+            break
+        try:
+            if cmd == "load":
+                reply = worker.load(msg)
+            elif cmd == "run":
+                reply = worker.run(int(msg["n"]))
+            elif cmd == "stats":
+                reply = worker.stats()
+            else:
+                raise _Usage(f"unknown command {cmd!r}")
+            reply = {"ok": True, **reply}
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the parent as one line
+            from .errors import UsageError
+
+            usage = isinstance(exc, (UsageError, _Usage))
+            text = str(exc) if usage else f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+            reply = {"ok": False, "error": text, "usage": usage}
+        proto.write(json.dumps(reply) + "\n")
+        proto.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,406 @@
+"""``onnxlite.bench``: latency, throughput, load time, memory, size and op count, measured interleaved.
+
+Every model runs in its own worker process (:mod:`onnxlite.bench_worker`), so
+its peak resident memory is its own.  After a warm-up the parent hands out
+turns A B A B ... until each model has its runs (or its time budget): a
+machine that heats up, throttles or gets busy affects all models alike
+instead of whichever happened to run last.  The order of turns is kept in
+``BenchResult.schedule``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from .errors import OnnxliteError, UsageError
+from .runtime import SessionSettings
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .reporting import Report
+
+#: a turn aims at this much running time, so switching between workers costs little of it
+TURN_SECONDS = 0.05
+#: ... but every model gets at least this many turns, so the interleaving means something
+MIN_TURNS = 10
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class BenchRow:
+    """One model's figures.  Latencies are per batch, in milliseconds."""
+
+    name: str
+    path: str
+    size_bytes: int | None = None
+    op_count: int | None = None
+    load_seconds: float | None = None
+    latency_ms: dict[str, float] | None = None      # p50, p90, p99, mean
+    throughput: float | None = None                 # samples/s, single stream: batch / mean latency
+    peak_rss_bytes: int | None = None               # the worker process's peak resident memory
+    baseline_rss_bytes: int | None = None           # ... before the session was created
+    runs: int = 0
+    worker_pid: int | None = None
+    providers: list[str] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    status: str = "ok"                              # ok | failed
+    note: str = ""
+
+    @property
+    def model_rss_bytes(self) -> int | None:
+        """What loading and running the model added to the process (peak minus baseline)."""
+        if self.peak_rss_bytes is None or self.baseline_rss_bytes is None:
+            return None
+        return max(0, self.peak_rss_bytes - self.baseline_rss_bytes)
+
+    def to_dict(self, latencies: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        data["model_rss_bytes"] = self.model_rss_bytes
+        if not latencies:
+            data.pop("latencies_ms")
+        return data
+
+
+@dataclass
+class BenchResult:
+    rows: list[BenchRow]
+    schedule: list[tuple[int, int]]      # (model index, runs) per measured turn, in the order they ran
+    batch: int
+    seq_len: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def ratios(self) -> list[dict[str, float | None]]:
+        """Against the first model: ``size`` and ``memory`` (smaller is below 1), ``speedup`` (faster is above 1)."""
+        return self.to_report().ratios()
+
+    def to_dict(self, latencies: bool = True) -> dict[str, Any]:
+        from .reporting import _jsonable
+
+        return _jsonable({
+            "batch": self.batch,
+            "seq_len": self.seq_len,
+            "settings": self.settings,
+            "baseline": self.rows[0].name if self.rows else None,
+            "models": [row.to_dict(latencies) | {"ratios": r} for row, r in zip(self.rows, self.ratios())],
+            "schedule": [list(turn) for turn in self.schedule],
+        })
+
+    def to_report(self, title: str | None = None) -> Report:
+        from .reporting import ModelRow, Report
+
+        rows = []
+        for i, row in enumerate(self.rows):
+            status = row.status
+            if status == "ok" and i == 0 and len(self.rows) > 1:
+                status = "reference"
+            rows.append(ModelRow(name=row.name, path=row.path, size_bytes=row.size_bytes, latency_ms=row.latency_ms,
+                                 throughput=row.throughput, load_seconds=row.load_seconds,
+                                 peak_rss_bytes=row.peak_rss_bytes, op_count=row.op_count, status=status,
+                                 note=row.note))
+        settings = {"batch": self.batch, "seq_len": self.seq_len, **self.settings}
+        turns = len(self.schedule)
+        order = " ".join(self.rows[i].name for i, _ in self.schedule[: 2 * len(self.rows)])
+        notes = [
+            f"Measured interleaved: {turns} turns ({order} ...), each model in its own process.",
+            "Latency is per batch of the given size; throughput is samples per second of one stream "
+            "(batch / mean latency).",
+            "Peak RSS is the whole worker process (Python and onnxruntime included); "
+            "the JSON also has what the model added on top of the process's baseline.",
+        ]
+        return Report(title=title or "onnxlite bench", kind="bench", rows=rows, settings=settings,
+                      sections=[("How this was measured", "\n".join(f"- {n}" for n in notes))])
+
+
+def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int = 128, runs: int = 100,
+          warmup: int = 10, seconds: float | None = None, settings: SessionSettings | None = None,
+          data: str | os.PathLike[str] | None = None, feeds: Mapping[str, np.ndarray] | None = None,
+          names: Sequence[str] | None = None, runs_per_turn: int | None = None, seed: int = 0,
+          progress: Progress | None = None) -> BenchResult:
+    """Benchmark ``models`` interleaved, each in its own worker process.
+
+    Inputs come from ``feeds`` (used for every model, as is), else from
+    ``data`` (an .npz via :func:`onnxlite.data.load_data`, cycled through in
+    batches of ``batch``), else generated from each model's input specs
+    (``batch`` rows, ``seq_len`` on the other dynamic axes, padded rows).
+    ``seconds`` replaces ``runs``: each model is measured for about that
+    much running time.  ``progress(fraction, text)`` is called as turns finish.
+    """
+    settings = settings or SessionSettings()
+    _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn)
+    from .modelio import load_model, model_size, op_counts
+    from .runtime import resolve_providers
+
+    paths = [Path(m) for m in models]
+    labels = list(names) if names else _names(paths)
+    rows = []
+    for label, path in zip(labels, paths):
+        proto = load_model(path, load_external_data=False)   # unreadable files fail here, by name
+        rows.append(BenchRow(name=label, path=str(path), size_bytes=model_size(path),
+                             op_count=sum(op_counts(proto).values())))
+    resolve_providers(settings)   # an unavailable provider is one clear error before any worker starts
+    if feeds is not None:
+        sizes = {int(v.shape[0]) for v in feeds.values() if getattr(v, "ndim", 0)}
+        batch = sizes.pop() if len(sizes) == 1 else batch   # given feeds are one batch, whatever --batch says
+    schedule: list[tuple[int, int]] = []
+    with tempfile.TemporaryDirectory(prefix="onnxlite-bench-") as tmp:
+        workers: list[_WorkerProcess] = []
+        try:
+            for i, path in enumerate(paths):
+                feed_file = Path(tmp) / f"feeds{i}.npz"
+                _write_feeds(feed_file, path, batch, seq_len, seed, data, feeds)
+                workers.append(_WorkerProcess(Path(tmp) / f"worker{i}.log"))
+            for worker, row in zip(workers, rows):   # all start first so their imports overlap
+                worker.start()
+            for i, (worker, row) in enumerate(zip(workers, rows)):
+                reply = worker.request({"cmd": "load", "model": row.path, "feeds": str(Path(tmp) / f"feeds{i}.npz"),
+                                        "batch": batch, "settings": _settings_dict(settings)}, row.path)
+                row.worker_pid, row.load_seconds = reply["pid"], reply["load_seconds"]
+                row.baseline_rss_bytes, row.providers = reply["baseline_rss_bytes"], reply["providers"]
+            _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress)
+            for worker, row in zip(workers, rows):
+                if worker.alive:
+                    row.peak_rss_bytes = worker.request({"cmd": "stats"}, row.path)["peak_rss_bytes"]
+        finally:
+            for worker in workers:
+                worker.close()
+    for row in rows:
+        _summarize(row, batch)
+    return BenchResult(rows=rows, schedule=schedule, batch=batch, seq_len=seq_len,
+                       settings=_describe(settings, runs, warmup, seconds, data, feeds is not None))
+
+
+def _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn) -> None:
+    if not models:
+        raise UsageError("bench: give at least one model")
+    for flag, value in (("--batch", batch), ("--seq-len", seq_len), ("--runs", runs)):
+        if not isinstance(value, int) or value < 1:
+            raise UsageError(f"{flag}: must be a positive integer, got {value!r}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise UsageError(f"--warmup: must be 0 or more, got {warmup!r}")
+    if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
+        raise UsageError(f"--seconds: must be a positive number, got {seconds!r}")
+    if runs_per_turn is not None and runs_per_turn < 1:
+        raise UsageError(f"runs_per_turn: must be a positive integer, got {runs_per_turn!r}")
+    if names is not None and len(names) != len(models):
+        raise UsageError(f"--name: got {len(names)} names for {len(models)} models")
+
+
+def _names(paths: Sequence[Path]) -> list[str]:
+    """File stems, made unique with the parent folder (then an index) where they clash."""
+    stems = [p.stem for p in paths]
+    out = []
+    for i, p in enumerate(paths):
+        name = stems[i]
+        if stems.count(name) > 1:
+            name = f"{p.parent.name}/{name}" if p.parent.name else name
+        if name in out:
+            name = f"{name}#{i + 1}"
+        out.append(name)
+    return out
+
+
+def _write_feeds(target: Path, model: Path, batch: int, seq_len: int, seed: int, data, feeds) -> None:
+    import numpy as np
+
+    from .inputs import make_feeds, specs_from_onnx
+
+    if feeds is not None:
+        arrays = {k: np.asarray(v) for k, v in feeds.items()}
+    else:
+        specs = specs_from_onnx(model)
+        if data is not None:
+            from .data import load_data
+
+            dataset = load_data(data, specs)
+            if len(dataset) < batch:
+                raise UsageError(f"--data {data}: {len(dataset)} samples, fewer than --batch {batch}")
+            arrays = dict(dataset.arrays)
+        else:
+            arrays = make_feeds(specs, batch=batch, seq=seq_len, seed=seed, pad=True)
+    np.savez(target, **arrays)
+
+
+def _settings_dict(settings: SessionSettings) -> dict[str, Any]:
+    data = asdict(settings)
+    data["provider_options"] = dict(settings.provider_options)
+    return data
+
+
+def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_feeds: bool) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    return {
+        "provider": settings.provider,
+        "threads": settings.threads or "default",
+        "graph_optimization": settings.graph_optimization,
+        "execution_mode": settings.execution_mode,
+        **({"provider_options": dict(settings.provider_options)} if settings.provider_options else {}),
+        ("seconds" if seconds else "runs"): seconds or runs,
+        "warmup": warmup,
+        "inputs": str(data) if data else ("given feeds" if explicit_feeds else "generated from the input specs"),
+        "onnxruntime": ort.__version__,
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "python": platform.python_version(),
+    }
+
+
+def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress) -> None:
+    estimates = []
+    for i, (worker, row) in enumerate(zip(workers, rows)):
+        if warmup:
+            reply = worker.try_request({"cmd": "run", "n": warmup})
+            if not reply["ok"]:
+                _fail(row, worker, reply["error"])
+                estimates.append(None)
+                continue
+            lat = sorted(reply["latencies_ms"])
+            estimates.append(lat[len(lat) // 2] / 1e3)
+        else:
+            estimates.append(None)
+    per_turn = []
+    for estimate in estimates:
+        if runs_per_turn:
+            per_turn.append(runs_per_turn)
+            continue
+        n = max(1, round(TURN_SECONDS / estimate)) if estimate else 1
+        if not seconds:
+            n = min(n, max(1, math.ceil(runs / MIN_TURNS)))
+        per_turn.append(n)
+    done = [0] * len(rows)
+    spent = [0.0] * len(rows)
+
+    def remaining(i: int) -> bool:
+        if rows[i].status == "failed":
+            return False
+        return spent[i] < seconds * 1e3 if seconds else done[i] < runs
+
+    def fraction() -> float:
+        live = [i for i in range(len(rows)) if rows[i].status != "failed"] or [0]
+        if seconds:
+            return min(1.0, sum(min(spent[i] / (seconds * 1e3), 1.0) for i in live) / len(live))
+        return sum(min(done[i], runs) for i in live) / (runs * len(live))
+
+    while any(remaining(i) for i in range(len(rows))):
+        for i, (worker, row) in enumerate(zip(workers, rows)):
+            if not remaining(i):
+                continue
+            n = per_turn[i] if seconds else min(per_turn[i], runs - done[i])
+            reply = worker.try_request({"cmd": "run", "n": n})
+            if not reply["ok"]:
+                _fail(row, worker, reply["error"])
+                continue
+            row.latencies_ms.extend(reply["latencies_ms"])
+            done[i] += n
+            spent[i] += sum(reply["latencies_ms"])
+            schedule.append((i, n))
+            if progress:
+                progress(fraction(), row.name)
+
+
+def _fail(row: BenchRow, worker: _WorkerProcess, error: str) -> None:
+    row.status, row.note = "failed", error
+    worker.close()
+
+
+def _summarize(row: BenchRow, batch: int) -> None:
+    import numpy as np
+
+    row.runs = len(row.latencies_ms)
+    if not row.latencies_ms:
+        return
+    lat = np.asarray(row.latencies_ms)
+    p50, p90, p99 = np.percentile(lat, [50, 90, 99])
+    mean = float(lat.mean())
+    row.latency_ms = {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": mean}
+    row.throughput = batch / (mean / 1e3) if mean > 0 else None
+
+
+class _WorkerProcess:
+    """A ``python -m onnxlite.bench_worker`` child, spoken to one JSON line at a time."""
+
+    def __init__(self, log: Path):
+        self.log_path = log
+        self.proc: subprocess.Popen[str] | None = None
+        self._log: IO[str] | None = None
+
+    def start(self) -> None:
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - kept open for the child's lifetime
+        env = dict(os.environ)
+        # The worker must import this very onnxlite, even from a source tree that is not installed.
+        package_root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH", "")]))
+        self.proc = subprocess.Popen([sys.executable, "-m", "onnxlite.bench_worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, bufsize=1)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def try_request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Send one command; a dead worker answers as a failure carrying its last words."""
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            self.proc.wait(timeout=10)
+            return {"ok": False, "usage": False,
+                    "error": f"the worker process died (exit {self.proc.returncode}): {self._tail()}"}
+        return json.loads(line)
+
+    def request(self, msg: dict[str, Any], what: str) -> dict[str, Any]:
+        reply = self.try_request(msg)
+        if reply["ok"]:
+            return reply
+        error = reply["error"]
+        if reply.get("usage"):
+            raise UsageError(error if error.startswith(what) else f"{what}: {error}")
+        raise OnnxliteError(f"{what}: {error}")
+
+    def _tail(self) -> str:
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "no output"
+        return " | ".join(lines[-3:])[-400:] or "no output"
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stdin):
+            try:
+                if stream:
+                    stream.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+        if self._log:
+            self._log.close()
+            self._log = None
+
