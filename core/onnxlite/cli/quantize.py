@@ -1,13 +1,154 @@
-"""`onnxlite quantize` (filled in by its own capability)."""
+"""``onnxlite quantize``: one strategy, one model, a table of what changed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from ..errors import OnnxliteError
+from .common import console, emit_json, human_bytes, json_option
+
+STRATEGY_FLAGS = ("--strategy", "-s")
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def quantize() -> None:
-    """Not available yet in this build."""
-    raise OnnxliteError("'onnxlite quantize' is not available yet in this build")
+def _strategy_in(args: list[str]) -> str | None:
+    """The ``--strategy`` value on the command line, read before click parses it (``--help`` is eager)."""
+    for i, arg in enumerate(args):
+        if arg in STRATEGY_FLAGS and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--strategy="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+class StrategyCommand(click.Command):
+    """A command whose ``--help`` also documents the options of the strategy named by ``--strategy``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["onnxlite.strategy"] = _strategy_in(args)
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help(ctx, formatter)
+        name = ctx.meta.get("onnxlite.strategy")
+        from ..errors import OnnxliteError
+        from ..quantizing import get_strategy, strategies
+
+        if not name:
+            with formatter.section("Strategies (--strategy NAME --help shows its options)"):
+                formatter.write_dl([(r.name, r.spec.description + ("" if r.available else
+                                                                 f" [unavailable: {r.unavailable_reason()}]"))
+                                    for r in strategies()])
+            return
+        try:
+            entry = get_strategy(name)
+        except OnnxliteError as exc:
+            raise click.UsageError(f"--strategy: {exc}") from None
+        spec = entry.spec
+        with formatter.section(f"Strategy {spec.name!r} ({entry.plugin.distribution} {entry.plugin.version})"):
+            formatter.write_text(spec.description)
+            facts = [f"applies to: {', '.join(spec.applies_to)}",
+                     f"needs calibration: {'yes (--calibration PATH)' if spec.needs_calibration else 'no'}"]
+            if spec.gpu_only_gain:
+                facts.append("mainly pays off on GPUs")
+            if not entry.available:
+                facts.append(f"unavailable here: {entry.unavailable_reason()}")
+            formatter.write_text("; ".join(facts))
+        with formatter.section(f"Options of {spec.name!r} (--option NAME=VALUE)"):
+            rows = []
+            for option in spec.options:
+                default = option.default
+                if isinstance(default, (list, tuple)):
+                    default = ",".join(str(d) for d in default) or "none"
+                rows.append((f"{option.name}={option.describe_type()}", f"{option.help} [default: {default}]"))
+            if rows:
+                formatter.write_dl(rows)
+            else:
+                formatter.write_text("(none)")
+        if spec.grid and any(spec.grid):
+            with formatter.section("Tried by `lighten`"):
+                formatter.write_text("; ".join(", ".join(f"{k}={v}" for k, v in g.items()) or "defaults"
+                                               for g in spec.grid))
+
+
+@click.command(cls=StrategyCommand)
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Output .onnx path [default: MODEL.<strategy>.onnx beside the input].")
+@click.option(*STRATEGY_FLAGS, "strategy", default="dynamic", show_default=True, metavar="NAME",
+              help="Quantization strategy (see the list below; --strategy NAME --help for its options).")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="A strategy option (repeatable).")
+@click.option("--calibration", type=click.Path(path_type=str), default=None,
+              help="Calibration data for strategies that need it (see docs/calibration.md).")
+@click.option("--calibration-option", "calibration_options", multiple=True, metavar="KEY=VALUE",
+              help="An option for the calibration data loader (repeatable).")
+@click.option("--no-check", is_flag=True, help="Skip the smoke run of input vs output on a padded batch.")
+@json_option
+def quantize(model: str, output: str | None, strategy: str, options: tuple[str, ...], calibration: str | None,
+             calibration_options: tuple[str, ...], no_check: bool, as_json: bool) -> None:
+    """Quantize MODEL.onnx with one strategy and write a lighter ONNX model.
+
+    The input is never modified; the output is written atomically and records
+    the strategy and its options in its metadata.
+    """
+    from ..quantizing import run_quantize
+
+    err = console(stderr=True)
+    calib = dict(_pair(p, "--calibration-option") for p in calibration_options)
+
+    def warn(message: str) -> None:
+        if not as_json:
+            err.print(f"[yellow]warning:[/] {message}")
+
+    with err.status(f"Quantizing {model} with {strategy}...", spinner="dots"):
+        result = run_quantize(model, output, strategy, list(options), calibration, calib,
+                              check=not no_check, on_warning=warn)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    _print_result(result)
+
+
+def _pair(pair: str, flag: str) -> tuple[str, str]:
+    from ..errors import UsageError
+
+    key, sep, value = pair.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"{flag} {pair!r}: expected key=value")
+    return key.strip().replace("-", "_"), value
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def _print_result(result) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title=f"{result.strategy}: {result.source} -> {result.path}", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("size", f"{human_bytes(result.size_before)} -> {human_bytes(result.size_after)} "
+                          f"({result.ratio:.2f}x smaller)")
+    table.add_row("quantized ops", ", ".join(f"{op} {n}" for op, n in result.quantized_ops.items()) or "none")
+    table.add_row("options", ", ".join(f"{k}={_fmt(v)}" for k, v in result.options.items()) or "-")
+    table.add_row("excluded nodes", ", ".join(result.excluded_nodes) or "none")
+    table.add_row("time", f"{result.seconds:.2f} s")
+    check = result.details.get("check")
+    if check and check.get("ran"):
+        cos = [v["cosine_min"] for v in check.get("outputs", {}).values()]
+        table.add_row("smoke check", "ran on a padded batch of 2" + (f", min cosine {min(cos):.4f}" if cos else ""))
+    for key, value in result.details.items():
+        if key == "check":
+            continue
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items() if v) or "none"
+        table.add_row(key.replace("_", " "), _fmt(value))
+    for note in result.notes:
+        table.add_row("note", note)
+    for warning in result.warnings:
+        table.add_row("[yellow]warning[/]", warning)
+    out.print(table)

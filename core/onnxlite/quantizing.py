@@ -1,0 +1,338 @@
+"""``onnxlite.quantize``: run one lightweighting strategy on an ONNX file, safely.
+
+The host owns everything around the math: it refuses bad input in one line,
+reaches the strategy through the registry (built-in and third-party alike),
+feeds it calibration data when it asks for some, gives it a scratch folder,
+smoke-checks what it produced against the input model, and only then publishes
+the result atomically with its provenance in ``metadata_props``.  The input
+file is never written to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import OnnxliteError, UsageError, VerificationError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from .registry import Registered
+    from .specs import QuantizerSpec
+
+#: metadata keys written into every output
+STRATEGY_KEY = "onnxlite.strategy"
+STRATEGY_OPTIONS_KEY = "onnxlite.strategy_options"
+
+
+@dataclass
+class QuantizeResult:
+    """What one ``quantize`` run produced."""
+
+    path: Path
+    strategy: str
+    options: dict[str, Any]
+    size_before: int
+    size_after: int
+    quantized_ops: dict[str, int]
+    excluded_nodes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+
+    @property
+    def ratio(self) -> float:
+        """How many times smaller the output is (``size_before / size_after``)."""
+        return self.size_before / self.size_after if self.size_after else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data["source"] = str(self.source) if self.source else None
+        data["ratio"] = round(self.ratio, 4)
+        data["options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.options.items()}
+        return data
+
+
+class CalibrationData:
+    """Calibration samples as a quantizer sees them in ``QuantizeContext.calibration``.
+
+    Iterating yields one feed dict per sample (``{input name: array}`` with a
+    batch axis of 1), which is what onnxruntime's calibration readers want.
+    Everything else (``batches(n)``, ``arrays``, ``labels``, ``len``) comes from
+    the underlying :class:`onnxlite.data.Dataset`, available as ``.dataset``.
+    """
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return iter(self.dataset.batches(1))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.dataset, name)
+
+
+# ---------------------------------------------------------------- strategies
+
+
+def get_strategy(name: str) -> Registered:
+    """The registered quantizer ``name`` (unknown names raise with "did you mean")."""
+    from .registry import get_registry
+
+    return get_registry().get("quantizer", name)
+
+
+def strategies() -> list[Registered]:
+    from .registry import get_registry
+
+    return get_registry().all("quantizer")
+
+
+def applicable_strategies(model: Any, available_only: bool = True) -> list[Registered]:
+    """Strategies whose ``applies_to`` fits the model's graph family (see :func:`onnxlite.graph_family.model_family`)."""
+    from .graph_family import matches, model_family
+
+    family = model_family(model)
+    found = [r for r in strategies() if matches(tuple(r.spec.applies_to), family)]  # type: ignore[attr-defined]
+    return [r for r in found if r.available] if available_only else found
+
+
+def describe_options(spec: QuantizerSpec) -> list[str]:
+    """One line per option: ``name=TYPE (default X)  help``."""
+    lines = []
+    for option in spec.options:
+        default = option.default
+        if isinstance(default, (list, tuple)):
+            default = ",".join(str(d) for d in default) or "none"
+        lines.append(f"{option.name}={option.describe_type()} (default: {default})  {option.help}".rstrip())
+    return lines
+
+
+@contextlib.contextmanager
+def quiet_root_logging(level: int = logging.ERROR) -> Iterator[None]:
+    """Silence onnxruntime's tooling, which logs generic advice on the root logger ("consider pre-processing")."""
+    root = logging.getLogger()
+    previous = root.level
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.setLevel(previous)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def default_output(model: Path, strategy_name: str) -> Path:
+    return model.with_name(f"{model.stem}.{strategy_name}{model.suffix or '.onnx'}")
+
+
+def _check_input(model: Path) -> onnx.ModelProto:
+    from .modelio import is_quantized, load_model, quantized_ops
+
+    proto = load_model(model, load_external_data=False)
+    if is_quantized(proto):
+        ops = quantized_ops(proto)
+        why = (f"it already has {', '.join(f'{n} {op}' for op, n in ops.items())}" if ops
+               else f"its metadata says it came from strategy {_meta(proto, STRATEGY_KEY)!r}")
+        raise UsageError(f"{model}: already quantized ({why}); quantize the float model instead")
+    return proto
+
+
+def _meta(proto: onnx.ModelProto, key: str) -> str | None:
+    return next((p.value for p in proto.metadata_props if p.key == key), None)
+
+
+def _plain_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
+
+
+def _load_calibration(spec: QuantizerSpec, model: Path, proto: onnx.ModelProto, calibration: Any,
+                      calibration_options: Mapping[str, Any] | None, warn: Callable[[str], None]) -> Any:
+    if calibration is None:
+        if spec.needs_calibration:
+            raise UsageError(f"--strategy {spec.name} needs calibration data: pass --calibration PATH "
+                             "(see docs/calibration.md for the formats)")
+        return None
+    if not spec.needs_calibration:
+        warn(f"strategy {spec.name!r} does not use calibration data; ignoring {calibration}")
+        return None
+    if not isinstance(calibration, (str, os.PathLike)):
+        return calibration  # already feeds or a Dataset, from Python callers
+    from .data import load_data
+    from .inputs import specs_from_onnx
+
+    return CalibrationData(load_data(calibration, specs_from_onnx(proto), dict(calibration_options or {})))
+
+
+def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
+             strategy: str = "dynamic", calibration: Any = None,
+             calibration_options: Mapping[str, Any] | None = None, *,
+             check: bool = True, on_warning: Callable[[str], None] | None = None,
+             **options: Any) -> QuantizeResult:
+    """Quantize ``model`` with ``strategy`` and write ``output`` (default ``<stem>.<strategy>.onnx``).
+
+    ``options`` are the strategy's own options, as Python values or strings
+    (``per_channel=False`` or ``per_channel="false"``); unknown ones raise a
+    :class:`UsageError` listing the valid ones.  ``calibration`` is a data path
+    (see :func:`onnxlite.data.load_data`, configured by ``calibration_options``)
+    for strategies that need one.  ``check`` runs the input and the output on a
+    padded batch of two and refuses outputs that do not run or give non-finite
+    or differently shaped results; the cosine it saw goes in ``details["check"]``.
+    """
+    return run_quantize(model, output, strategy, options, calibration, calibration_options,
+                        check=check, on_warning=on_warning)
+
+
+def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None, strategy_name: str,
+                 options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
+                 calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
+                 on_warning: Callable[[str], None] | None = None, option_flag: str = "--option") -> QuantizeResult:
+    """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
+    from .atomic import scratch_dir
+    from .cli.common import parse_options
+    from .modelio import check_exists, external_data_files, load_model, model_size, publish_model, quantized_ops
+    from .protocols import QuantizeContext, QuantizeOutcome
+
+    source = check_exists(model)
+    entry = get_strategy(strategy_name)
+    spec: QuantizerSpec = entry.spec  # type: ignore[assignment]
+    values = parse_options(spec, options, flag=option_flag)
+    target = Path(output) if output is not None else default_output(source, spec.name)
+    if target.exists() and target.resolve() == source.resolve():
+        raise UsageError(f"{target}: the output would overwrite the input model; choose another -o")
+    if target.is_dir():
+        raise UsageError(f"{target}: is a folder, expected an .onnx file path for -o")
+    proto = _check_input(source)
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        if on_warning is not None:
+            on_warning(message)
+
+    feeds = _load_calibration(spec, source, proto, calibration, calibration_options, warn)
+    quantizer = entry.create()
+    had_external = bool(external_data_files(source))
+    size_before = model_size(source)
+
+    with scratch_dir(target) as work:
+        produced = work / target.name
+        context = QuantizeContext(calibration=feeds, workdir=work, warn=warn)
+        started = time.perf_counter()
+        try:
+            outcome = quantizer.quantize(source, produced, values, context)
+        except OnnxliteError:
+            raise
+        except Exception as exc:
+            message = " ".join(str(exc).split())[:400]
+            raise OnnxliteError(f"strategy {spec.name!r} failed on {source}: {type(exc).__name__}: {message}") from exc
+        seconds = time.perf_counter() - started
+        outcome = outcome or QuantizeOutcome()
+        if not produced.exists():
+            raise OnnxliteError(f"strategy {spec.name!r} wrote no model (expected {produced.name} in its workdir)")
+        details = dict(outcome.details)
+        if check:
+            details["check"] = smoke_check(source, produced, spec, warn)
+        metadata = {STRATEGY_KEY: spec.name, STRATEGY_OPTIONS_KEY: json.dumps(_plain_options(values), sort_keys=True)}
+        publish_model(produced, target, external_data=True if had_external else None, metadata=metadata)
+
+    out_proto = load_model(target, load_external_data=False)
+    return QuantizeResult(
+        path=target, strategy=spec.name, options=dict(values), size_before=size_before,
+        size_after=model_size(target), quantized_ops=quantized_ops(out_proto),
+        excluded_nodes=list(outcome.excluded_nodes), seconds=round(seconds, 3), notes=list(outcome.notes),
+        warnings=warnings, details=details, source=source,
+    )
+
+
+# ---------------------------------------------------------------- smoke check
+
+
+def _id_ranges(proto: onnx.ModelProto) -> dict[str, int]:
+    """Vocabulary size per integer input, read from the embedding Gather it indexes (so samples stay in range)."""
+    sizes = {init.name: list(init.dims) for init in proto.graph.initializer}
+    found: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in sizes and sizes[node.input[0]]:
+            found.setdefault(node.input[1], int(sizes[node.input[0]][0]))
+        if node.op_type == "EmbedLayerNormalization" and len(node.input) > 2:
+            for ids, table in ((node.input[0], node.input[2]), (node.input[1], node.input[4] if len(node.input) > 4 else "")):
+                if ids and table in sizes and sizes[table]:
+                    found.setdefault(ids, int(sizes[table][0]))
+    return found
+
+
+def _sample_feeds(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    from dataclasses import replace
+
+    from .inputs import make_feeds, specs_from_onnx
+
+    ranges = _id_ranges(proto)
+    specs = [replace(s, value_range=(0, ranges[s.name])) if s.name in ranges and s.role == "ids" else s
+             for s in specs_from_onnx(proto)]
+    return make_feeds(specs, batch=2, seq=8, seed=0, pad=True)
+
+
+def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callable[[str], None]) -> dict[str, Any]:
+    """Run input and output on the same padded batch of two; refuse outputs that cannot be right.
+
+    This is not the accuracy verdict (``compare`` and ``lighten`` own that,
+    with real data and budgets): it catches models that do not load, that
+    change output shapes, or that produce NaN/inf.
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    from .modelio import load_model
+    from .numerics import cosine_per_sample
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    reference_session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    feeds = _sample_feeds(load_model(source, load_external_data=False))
+    try:
+        session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:300]
+        if spec.gpu_only_gain:
+            warn(f"the {spec.name} model does not load on the CPU provider here ({reason}); it targets GPUs")
+            return {"ran": False, "reason": reason}
+        raise VerificationError(f"strategy {spec.name!r} produced a model onnxruntime cannot load: {reason}") from None
+    cand_inputs = {i.name: i for i in session.get_inputs()}
+    cand_feeds = {}
+    for name, array in feeds.items():
+        if name in cand_inputs and cand_inputs[name].type == "tensor(float16)" and array.dtype == np.float32:
+            array = array.astype(np.float16)
+        cand_feeds[name] = array
+    reference = dict(zip([o.name for o in reference_session.get_outputs()], reference_session.run(None, feeds)))
+    candidate = dict(zip([o.name for o in session.get_outputs()], session.run(None, cand_feeds)))
+    result: dict[str, Any] = {"ran": True, "batch": 2, "padded": True, "outputs": {}}
+    for name, ref in reference.items():
+        if name not in candidate:
+            raise VerificationError(f"strategy {spec.name!r} lost output {name!r}")
+        cand = candidate[name]
+        if tuple(ref.shape) != tuple(cand.shape):
+            raise VerificationError(f"strategy {spec.name!r} changed output {name!r} from shape "
+                                    f"{list(ref.shape)} to {list(cand.shape)}")
+        if np.issubdtype(cand.dtype, np.floating):
+            if not np.all(np.isfinite(cand.astype(np.float32))):
+                raise VerificationError(f"strategy {spec.name!r} produced non-finite values in output {name!r}")
+            cosine = cosine_per_sample(ref.astype(np.float32), cand.astype(np.float32))
+            result["outputs"][name] = {"cosine_min": float(np.min(cosine)), "cosine_mean": float(np.mean(cosine))}
+    return result
