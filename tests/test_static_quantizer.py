@@ -1,0 +1,165 @@
+"""Static int8 quantization of a small CNN trained on scikit-learn's digits, calibrated with real data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+datasets = pytest.importorskip("sklearn.datasets")
+
+
+class DigitsNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+        )
+        self.head = torch.nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+@pytest.fixture(scope="module")
+def digits_model(tmp_path_factory):
+    """(model path, train images, test images, test labels): a CNN trained a few seconds, exported with a dynamic batch."""
+    digits = datasets.load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[:, None]  # N x 1 x 8 x 8 in 0..1
+    labels = digits.target.astype(np.int64)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(images))
+    train, test = order[:1300], order[1300:]
+
+    torch.manual_seed(0)
+    net = DigitsNet()
+    optim = torch.optim.Adam(net.parameters(), lr=3e-3)
+    x, y = torch.from_numpy(images[train]), torch.from_numpy(labels[train])
+    net.train()
+    for _ in range(12):
+        for start in range(0, len(x), 64):
+            optim.zero_grad()
+            loss = torch.nn.functional.cross_entropy(net(x[start:start + 64]), y[start:start + 64])
+            loss.backward()
+            optim.step()
+    net.eval()
+
+    folder = tmp_path_factory.mktemp("digits")
+    path = folder / "digits.onnx"
+    torch.onnx.export(net, (torch.from_numpy(images[:2]),), str(path), input_names=["pixels"],
+                      output_names=["logits"], dynamic_axes={"pixels": {0: "batch"}, "logits": {0: "batch"}},
+                      opset_version=17, dynamo=False)
+    return path, images[train], images[test], labels[test]
+
+
+def _accuracy(path, images, labels, batch=100):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    predictions = np.concatenate([session.run(None, {"pixels": images[i:i + batch]})[0].argmax(1)
+                                  for i in range(0, len(images), batch)])
+    return float((predictions == labels).mean() * 100)
+
+
+def _quantize(model, output, options, calibration):
+    from onnxlite import QuantizeContext
+    from onnxlite.registry import get_registry
+
+    warnings: list[str] = []
+    quantizer = get_registry().get("quantizer", "static").create()
+    outcome = quantizer.quantize(model, output, options, QuantizeContext(calibration=calibration,
+                                                                         warn=warnings.append))
+    return outcome, warnings
+
+
+def test_spec_is_registered_with_a_grid():
+    from onnxlite.registry import get_registry
+
+    spec = get_registry().get("quantizer", "static").spec
+    assert spec.needs_calibration
+    assert spec.applies_to == ("conv", "any")
+    assert len(spec.grid) >= 2 and all(spec.option(k) for g in spec.grid for k in g)
+    assert spec.option("method").choices == ("MinMax", "Entropy", "Percentile", "Distribution")
+
+
+def test_qdq_per_channel_keeps_accuracy_and_shrinks(digits_model, tmp_path):
+    from onnxlite.data import load_data
+    from onnxlite.inputs import specs_from_onnx
+    from onnxlite.modelio import load_model, model_size, op_counts
+
+    model, train, test, test_labels = digits_model
+    np.savez(tmp_path / "calib.npz", pixels=train[:200])
+    before = (tmp_path / "calib.npz").read_bytes()
+    calibration = load_data(tmp_path / "calib.npz", specs_from_onnx(model))
+    output = tmp_path / "static.onnx"
+    outcome, _ = _quantize(model, output, {"per_channel": True, "format": "QDQ"}, calibration)
+
+    ops = op_counts(load_model(output))
+    assert ops.get("QuantizeLinear", 0) > 0 and ops.get("DequantizeLinear", 0) > 0
+    assert model_size(output) < model_size(model)
+    assert outcome.details["per_channel"] is True
+    assert outcome.details["calibration_samples"] == 200
+    assert (tmp_path / "calib.npz").read_bytes() == before
+
+    fp32 = _accuracy(model, test, test_labels)
+    int8 = _accuracy(output, test, test_labels)
+    assert fp32 > 80, f"the test CNN did not learn (fp32 top-1 {fp32:.1f}%)"
+    assert int8 >= fp32 - 1.0, f"static int8 top-1 {int8:.2f}% vs fp32 {fp32:.2f}%"
+
+
+def test_percentile_calibrates_one_sample_at_a_time(digits_model, tmp_path):
+    model, train, test, test_labels = digits_model
+    # A shorter last batch is what breaks histogram calibrators; 37 samples would give one with any batch > 1.
+    calibration = [{"pixels": train[i:i + 1]} for i in range(37)]
+    output = tmp_path / "percentile.onnx"
+    outcome, _ = _quantize(model, output, {"method": "Percentile", "percentile": 99.99}, calibration)
+    assert outcome.details["calibration_batch_size"] == 1
+    assert outcome.details["calibration_samples"] == 37
+    assert outcome.details["per_channel"] is True  # the default for a convolutional graph
+    assert _accuracy(output, test, test_labels) >= _accuracy(model, test, test_labels) - 3.0
+
+
+def test_entropy_streams_in_strides(digits_model, tmp_path, capsys):
+    """More samples than one stride: calibration folds stride by stride and still sees every sample once."""
+    from onnxlite.data import load_data
+
+    model, train, test, test_labels = digits_model
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    for i in range(5):  # a streamed folder of .npz files, 10 samples each
+        np.savez(folder / f"part{i}.npz", pixels=train[i * 10:(i + 1) * 10])
+    calibration = load_data(folder)
+    assert calibration.streamed and len(calibration) == 50
+    output = tmp_path / "entropy.onnx"
+    outcome, _ = _quantize(model, output, {"method": "Entropy", "chunk": 16, "format": "QOperator"},
+                           calibration)
+    assert outcome.details["calibration_samples"] == 50
+    assert capsys.readouterr().out == ""  # onnxruntime's progress prints must not pollute --json output
+    from onnxlite.modelio import load_model, op_counts
+
+    assert op_counts(load_model(output)).get("QLinearConv", 0) == 2
+    assert _accuracy(output, test, test_labels) >= _accuracy(model, test, test_labels) - 3.0
+
+
+def test_exclude_by_glob_keeps_nodes_float(digits_model, tmp_path):
+    from onnxlite.modelio import load_model
+
+    model, train, _, _ = digits_model
+    output = tmp_path / "excluded.onnx"
+    outcome, warnings = _quantize(model, output, {"exclude": ("*Gemm*", "no_such_node"), "format": "QOperator",
+                                                  "calibration_samples": 20},
+                                  [{"pixels": train[:20]}])
+    assert outcome.excluded_nodes and all("Gemm" in n for n in outcome.excluded_nodes)
+    assert any("no_such_node" in w for w in warnings)
+    ops = {n.op_type for n in load_model(output).graph.node}
+    assert "QLinearConv" in ops and "Gemm" in ops and "QGemm" not in ops
+    assert outcome.details["calibration_samples"] == 20
+
+
+def test_missing_calibration_is_a_usage_error(digits_model, tmp_path):
+    from onnxlite import UsageError
+
+    with pytest.raises(UsageError, match="calibration"):
+        _quantize(digits_model[0], tmp_path / "x.onnx", {}, None)
+    assert not (tmp_path / "x.onnx").exists()
