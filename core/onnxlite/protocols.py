@@ -93,13 +93,46 @@ class Provider(Protocol):
         ...
 
 
+@dataclass
+class MetricContext:
+    """What a metric may look at besides the two arrays it scores.
+
+    ``feeds`` are all the inputs the outputs were computed from (samples on
+    axis 0, concatenated over batches), ``labels`` the data's ``labels`` entry
+    (or None), ``reference_outputs`` every reference output by name.
+    """
+
+    #: Name of the output being scored.
+    output: str
+    feeds: Mapping[str, Any] = field(default_factory=dict)
+    labels: Any = None
+    reference_outputs: Mapping[str, Any] = field(default_factory=dict)
+
+    def attention_mask(self, leading_shape: Sequence[int]) -> Any:
+        """The 0/1 mask input whose shape is ``leading_shape`` (``(batch, tokens)``), or None."""
+        from .inputs import guess_role
+
+        for name, array in self.feeds.items():
+            if guess_role(name) == "mask" and tuple(getattr(array, "shape", ())) == tuple(leading_shape):
+                return array
+        return None
+
+
 @runtime_checkable
 class Metric(Protocol):
-    """Scores candidate outputs against reference outputs."""
+    """Scores candidate outputs against reference outputs.
 
-    def applies(self, name: str, reference: np.ndarray, feeds: Feeds) -> bool:
-        """Whether this metric makes sense for this output by default."""
+    ``compute(reference, reference, context)`` is the reference's own score
+    (1 for similarities and agreements, 0 for differences, the reference's
+    accuracy for label metrics); the *drop* of a candidate is how far its
+    score falls from that, in the direction given by the spec's
+    ``higher_is_better``.  Return NaN when the candidate's outputs are not
+    finite: a NaN drop always fails a budget.
+    """
+
+    def applies(self, reference: np.ndarray, context: MetricContext) -> bool:
+        """Whether this metric makes sense for this output by default (``context.output`` names it)."""
         ...
 
-    def compute(self, reference: np.ndarray, candidate: np.ndarray, feeds: Feeds) -> float:
+    def compute(self, reference: np.ndarray, candidate: np.ndarray, context: MetricContext) -> float:
         ...

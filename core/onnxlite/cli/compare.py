@@ -1,13 +1,113 @@
-"""`onnxlite compare` (filled in by its own capability)."""
+"""``onnxlite compare``: accuracy of candidate ONNX models against a reference model."""
 
 from __future__ import annotations
 
 import click
 
-from ..errors import OnnxliteError
+from .common import json_option, session_options, session_settings
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def compare() -> None:
-    """Not available yet in this build."""
-    raise OnnxliteError("'onnxlite compare' is not available yet in this build")
+@click.command()
+@click.argument("reference")
+@click.argument("candidates", nargs=-1, required=True)
+@click.option("--data", "data", metavar="PATH", help="Samples to compare on (same formats as calibration data; "
+              "an .npz 'labels' entry enables accuracy). Default: generated, padded samples.")
+@click.option("--data-option", "data_options", multiple=True, metavar="KEY=VALUE",
+              help="Option for reading --data (e.g. tokenizer=DIR, max_length=64).")
+@click.option("--framework", default="auto", show_default=True, help="Framework plugin that loads REFERENCE.")
+@click.option("--metric", "metrics", multiple=True, metavar="NAME",
+              help="Metric (or OUTPUT.METRIC) to report, repeatable; the first is the primary one. "
+                   "Default: chosen from the output shapes.")
+@click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]DROP",
+              help="Fail (exit 1) when a candidate drops more than this on the primary metric "
+                   "(or on METRIC); 0.01 and 1%% are the same. Repeatable.")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="Use at most this many samples (generated: 32).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--seq-len", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Length of generated sequences (dynamic non-batch axes).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for generated samples.")
+@click.option("--report", "report_dir", metavar="DIR", help="Also write report.html, report.json and report.md here.")
+@session_options
+@json_option
+def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_options: tuple[str, ...],
+            framework: str, metrics: tuple[str, ...], max_drop: tuple[str, ...], samples: int | None,
+            batch_size: int, seq_len: int, seed: int, report_dir: str | None, provider: str, threads: int | None,
+            graph_optimization: str, execution_mode: str, as_json: bool) -> None:
+    """Score CANDIDATE ONNX models against REFERENCE.
+
+    REFERENCE is an ONNX model or any source `export` accepts (a PyTorch module
+    as file.py:name, a TensorFlow SavedModel...), so a quantized model is judged
+    against the original framework's outputs.  With --max-drop the command is a
+    pass/fail check: exit 1 when a candidate is over budget.  The drop is
+    1 - value for similarities and agreements, reference minus candidate for
+    accuracy, and the value itself for absolute differences (docs/metrics.md).
+    """
+    from ..comparing import compare as run_compare
+    from .common import _split_pair, console
+
+    settings = session_settings(provider, threads, graph_optimization, execution_mode)
+    options = dict(_split_pair(p, "--data-option") for p in data_options) or None
+    err = console(stderr=True)
+    with err.status("comparing...") as status:
+        result = run_compare(reference, list(candidates), data=data, metrics=list(metrics) or None,
+                             max_drop=list(max_drop) or None, settings=settings, framework=framework,
+                             data_options=options, samples=samples, batch_size=batch_size, seq_len=seq_len,
+                             seed=seed, progress=lambda msg: status.update(f"{msg}..."))
+    paths = None
+    if report_dir:
+        from ..reporting import write_report
+
+        paths = write_report(result.to_report(), report_dir)
+    if as_json:
+        from .common import emit_json
+
+        payload = result.to_dict()
+        if paths:
+            payload["report"] = {k: str(v) for k, v in paths.items()}
+        emit_json(payload)
+    else:
+        out = console()
+        out.print(_table(result))
+        for c in result.candidates:
+            for note in c.notes:
+                out.print(f"[yellow]{c.name}[/]: {note}")
+        if paths:
+            out.print(f"report: {paths['html']}")
+    if result.passed is False:
+        for c in result.candidates:
+            if c.passed is False:
+                click.echo(f"FAIL {c.name}: {'; '.join(c.failures)}", err=True)
+        click.get_current_context().exit(1)
+    if result.passed:
+        click.echo("PASS: every candidate is within --max-drop", err=True)
+
+
+def _table(result):
+    from rich.table import Table
+
+    from ..reporting import fmt_bytes
+
+    table = Table(title=f"{result.reference} ({result.framework}) on {result.data}", title_justify="left",
+                  caption="value (drop); drop > 0 is worse than the reference, see docs/metrics.md",
+                  caption_justify="left")
+    table.add_column("metric")
+    table.add_column("reference", justify="right")
+    for c in result.candidates:
+        table.add_column(c.name, justify="right")
+    table.add_row("size", fmt_bytes(result.reference_size_bytes), *[fmt_bytes(c.size_bytes) for c in result.candidates])
+    for key, info in result.metrics.items():
+        label = f"[bold]{key}[/]" if key == result.primary_metric else key
+        cells = []
+        for c in result.candidates:
+            value, loss = c.metrics.get(key), c.drops.get(key)
+            text = f"{value:.4f} ({loss:+.4f})" if value is not None else "-"
+            if key in c.budgets:
+                over = not (loss <= c.budgets[key] + 1e-12)
+                text = f"[{'red' if over else 'green'}]{text}[/]"
+            cells.append(text)
+        table.add_row(label, f"{result.reference_metrics[key]:.4f}", *cells)
+    if any(c.passed is not None for c in result.candidates):
+        table.add_row("verdict", "", *["-" if c.passed is None else ("[green]pass[/]" if c.passed else "[red]FAIL[/]")
+                                       for c in result.candidates])
+    return table

@@ -1,0 +1,482 @@
+"""Judging candidate ONNX models against a reference model's answers.
+
+The reference is an ONNX model or any source a framework plugin loads (a
+PyTorch module, a TensorFlow SavedModel...), so a quantized model is judged
+against the original framework's outputs, not against another ONNX file.
+
+:class:`Judge` holds the reference outputs on a fixed set of samples and
+scores any number of candidates against them; ``lighten`` builds one Judge and
+scores every candidate it tries.  :func:`compare` is the one-call version the
+CLI uses.  How metrics are chosen and how a drop is computed is in
+:mod:`onnxlite.metrics` and docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+from .metrics import (ResolvedMetric, choose_primary, compute, drop, parse_budgets, resolve_metrics)
+from .protocols import MetricContext
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .inputs import InputSpec
+    from .reporting import Report
+    from .runtime import SessionSettings
+
+Progress = Callable[[str], None]
+
+#: generated samples when no data is given: enough to see padding and a spread of cosines, still fast
+DEFAULT_SAMPLES = 32
+DEFAULT_BATCH = 8
+DEFAULT_SEQ = 16
+
+
+# -- results -------------------------------------------------------------------------------------------
+
+@dataclass
+class CandidateResult:
+    """One candidate's scores.  ``passed`` is None when no budget was set."""
+
+    name: str
+    path: str
+    metrics: dict[str, float]
+    drops: dict[str, float]
+    budgets: dict[str, float] = field(default_factory=dict)
+    passed: bool | None = None
+    failures: list[str] = field(default_factory=list)
+    size_bytes: int | None = None
+    format: str | None = None
+    cpu_fallback: dict[str, str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "path": self.path, "size_bytes": self.size_bytes, "format": self.format,
+            "metrics": _clean(self.metrics), "drops": _clean(self.drops), "budgets": dict(self.budgets),
+            "passed": self.passed, "failures": list(self.failures), "cpu_fallback": self.cpu_fallback,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class CompareResult:
+    """What ``compare`` found: the reference's own scores and each candidate's."""
+
+    reference: str
+    framework: str
+    primary_metric: str
+    reference_metrics: dict[str, float]
+    candidates: list[CandidateResult]
+    metrics: dict[str, dict[str, Any]]
+    samples: int
+    data: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    reference_size_bytes: int | None = None
+
+    @property
+    def passed(self) -> bool | None:
+        """None without budgets, else whether every candidate passed."""
+        verdicts = [c.passed for c in self.candidates]
+        if all(v is None for v in verdicts):
+            return None
+        return all(v is not False for v in verdicts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference, "framework": self.framework, "primary_metric": self.primary_metric,
+            "samples": self.samples, "data": self.data, "settings": dict(self.settings),
+            "reference_size_bytes": self.reference_size_bytes,
+            "reference_metrics": _clean(self.reference_metrics), "metrics": self.metrics,
+            "candidates": [c.to_dict() for c in self.candidates], "passed": self.passed,
+        }
+
+    def to_report(self) -> Report:
+        """The shared report model (``--report DIR``)."""
+        from .reporting import ModelRow, Report
+
+        rows = [ModelRow(name="reference", path=self.reference, size_bytes=self.reference_size_bytes,
+                         metrics=dict(self.reference_metrics), status="reference",
+                         note=f"{self.framework} reference")]
+        for c in self.candidates:
+            status = "failed" if c.passed is False else "ok"
+            note = "; ".join(c.failures + c.notes)
+            rows.append(ModelRow(name=c.name, path=c.path, size_bytes=c.size_bytes, metrics=dict(c.metrics),
+                                 status=status, note=note))
+        settings = dict(self.settings) | {"data": self.data, "samples": self.samples}
+        return Report(title=f"Accuracy against {Path(self.reference).name}", kind="compare", rows=rows,
+                      settings=settings, primary_metric=self.primary_metric,
+                      sections=[("Drops", self._drops_markdown()), ("Metrics", self._metrics_markdown())])
+
+    def _drops_markdown(self) -> str:
+        keys = list(self.metrics)
+        lines = ["Drop = how far each candidate falls from the reference's own score (positive is worse; "
+                 "see docs/metrics.md).", "",
+                 "| metric | " + " | ".join(c.name for c in self.candidates) + " |",
+                 "|---|" + "---:|" * len(self.candidates)]
+        for key in keys:
+            cells = []
+            for c in self.candidates:
+                value = c.drops.get(key)
+                text = "-" if value is None else f"{value:.4g}"
+                if key in c.budgets:
+                    text += f" (max {c.budgets[key]:.4g})"
+                cells.append(text)
+            lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def _metrics_markdown(self) -> str:
+        return "\n".join(f"- `{key}`: {info['description']}" for key, info in self.metrics.items())
+
+
+def _clean(values: Mapping[str, float]) -> dict[str, float | None]:
+    return {k: (None if v is None or not math.isfinite(v) else float(v)) for k, v in values.items()}
+
+
+# -- the judge -----------------------------------------------------------------------------------------
+
+def _concat(parts: list[Mapping[str, np.ndarray]], what: str) -> dict[str, np.ndarray]:
+    import numpy as np
+
+    if not parts:
+        return {}
+    out = {}
+    for name in parts[0]:
+        arrays = [p[name] for p in parts]
+        if any(a.shape[1:] != arrays[0].shape[1:] for a in arrays):
+            raise UsageError(f"{what} {name!r}: batches differ in shape beyond the first axis "
+                             f"({sorted({a.shape for a in arrays})}); give samples padded to one length")
+        out[name] = np.concatenate(arrays, axis=0)
+    return out
+
+
+def _split_batches(feeds: Mapping[str, np.ndarray], batch_size: int) -> list[dict[str, np.ndarray]]:
+    total = next(iter(feeds.values())).shape[0] if feeds else 0
+    return [{k: v[i:i + batch_size] for k, v in feeds.items()} for i in range(0, total, batch_size)]
+
+
+class Judge:
+    """Reference outputs on fixed samples, and the metrics to score candidates with.
+
+    ``reference_outputs`` and ``feeds`` hold all samples on axis 0.  Build it
+    once (:meth:`from_reference` runs the reference for you), then call
+    :meth:`score` or :meth:`evaluate` for each candidate ONNX model.
+    """
+
+    def __init__(self, reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
+                 labels: np.ndarray | None = None, metrics: Sequence[str] | None = None, *,
+                 max_drop: Any = None, primary: str | None = None, settings: SessionSettings | None = None,
+                 batch_size: int = DEFAULT_BATCH):
+        from .runtime import SessionSettings
+
+        if not reference_outputs:
+            raise UsageError("the reference produced no outputs")
+        self.reference_outputs = dict(reference_outputs)
+        self.feeds = dict(feeds)
+        self.labels = labels
+        self.settings = settings or SessionSettings()
+        self.batch_size = max(1, int(batch_size))
+        self.metrics: list[ResolvedMetric] = resolve_metrics(self.reference_outputs, self.feeds, labels, metrics)
+        self.primary = choose_primary(self.metrics, [primary] if primary else metrics)
+        self.budgets = parse_budgets(max_drop, self.metrics, self.primary)
+        self.reference_scores = {m.key: compute(m, self.reference_outputs[m.output], self.reference_outputs[m.output],
+                                                self.context(m.output)) for m in self.metrics}
+
+    @classmethod
+    def from_reference(cls, reference: Any, data: Any = None, candidate: str | os.PathLike[str] | None = None, *,
+                       framework: str = "auto", source_options: Mapping[str, Any] | None = None,
+                       data_options: Mapping[str, Any] | None = None, inputs: Sequence[InputSpec] | None = None,
+                       metrics: Sequence[str] | None = None, max_drop: Any = None, primary: str | None = None,
+                       settings: SessionSettings | None = None, samples: int | None = None,
+                       batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ, seed: int = 0,
+                       progress: Progress | None = None) -> Judge:
+        """Run ``reference`` (ONNX path, framework source, or a loaded ``SourceModel``) on the data.
+
+        ``data`` is anything :func:`onnxlite.data.load_data` reads, a
+        :class:`~onnxlite.data.Dataset`, or None for generated samples (from
+        the reference's input specs, or ``candidate``'s when the reference
+        cannot describe them).
+        """
+        ref = ReferenceModel.load(reference, framework, source_options, settings, inputs)
+        specs = ref.specs(candidate)
+        batches, labels, description = _prepare_data(data, specs, data_options, samples, batch_size, seq_len, seed)
+        say = progress or (lambda _msg: None)
+        say(f"running the {ref.framework} reference on {description}")
+        outputs = [ref.run(b) for b in batches]
+        judge = cls(_concat(outputs, "reference output"), _concat(batches, "input"), labels, metrics,
+                    max_drop=max_drop, primary=primary, settings=settings, batch_size=batch_size)
+        judge.reference_name = ref.name
+        judge.framework = ref.framework
+        judge.data_description = description
+        judge.reference_path = ref.path
+        return judge
+
+    reference_name: str = "reference"
+    framework: str = "onnx"
+    data_description: str = ""
+    reference_path: str | None = None
+
+    @property
+    def samples(self) -> int:
+        return int(next(iter(self.feeds.values())).shape[0]) if self.feeds else 0
+
+    def context(self, output: str) -> MetricContext:
+        return MetricContext(output=output, feeds=self.feeds, labels=self.labels,
+                             reference_outputs=self.reference_outputs)
+
+    def run_candidate(self, path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+        """The candidate's outputs on the judge's samples, keyed like the reference's."""
+        from .runtime import create_session, run_session
+
+        session = create_session(path, self.settings)
+        outputs = []
+        for batch in _split_batches(self.feeds, self.batch_size):
+            try:
+                outputs.append(run_session(session, batch))
+            except UsageError as exc:
+                raise UsageError(f"{path}: {exc}") from None
+            except Exception as exc:
+                raise UsageError(f"{path}: onnxruntime failed on the data ({' '.join(str(exc).split())[:300]})") from None
+        return self._align(_concat(outputs, f"{path}: output"), path)
+
+    def _align(self, outputs: dict[str, np.ndarray], path: Any) -> dict[str, np.ndarray]:
+        wanted = list(self.reference_outputs)
+        if all(name in outputs for name in wanted):
+            return {name: outputs[name] for name in wanted}
+        if len(outputs) == len(wanted) and not set(outputs) & set(wanted):
+            # Frameworks and exporters name outputs differently; same count and order is the same model.
+            return dict(zip(wanted, outputs.values()))
+        missing = [n for n in wanted if n not in outputs]
+        raise UsageError(f"{path}: has no output {missing[0]!r} (it has {', '.join(outputs)}; "
+                         f"the reference has {', '.join(wanted)})")
+
+    def score_outputs(self, outputs: Mapping[str, np.ndarray]) -> dict[str, float]:
+        scores = {}
+        for m in self.metrics:
+            reference = self.reference_outputs[m.output]
+            candidate = outputs[m.output]
+            if candidate.shape != reference.shape:
+                raise UsageError(f"output {m.output!r}: candidate shape {list(candidate.shape)} differs from the "
+                                 f"reference's {list(reference.shape)}")
+            scores[m.key] = compute(m, reference, candidate, self.context(m.output))
+        return scores
+
+    def score(self, path: str | os.PathLike[str]) -> dict[str, float]:
+        """Metric values (``OUTPUT.METRIC`` -> value) of one candidate."""
+        return self.score_outputs(self.run_candidate(path))
+
+    def drops(self, scores: Mapping[str, float]) -> dict[str, float]:
+        return {m.key: drop(m, self.reference_scores[m.key], scores[m.key]) for m in self.metrics}
+
+    def evaluate(self, path: str | os.PathLike[str], name: str | None = None) -> CandidateResult:
+        """Scores, drops and the pass/fail verdict against the budgets."""
+        from .modelio import model_size
+
+        scores = self.score(path)
+        drops = self.drops(scores)
+        failures = []
+        for key, budget in self.budgets.items():
+            value = drops[key]
+            if math.isnan(value):
+                failures.append(f"{key}: not finite (NaN/inf outputs)")
+            elif value > budget + 1e-12:
+                failures.append(f"{key}: drop {value:.4g} > max {budget:.4g}")
+        passed = None if not self.budgets else not failures
+        return CandidateResult(name=name or Path(path).stem, path=str(path), metrics=scores, drops=drops,
+                               budgets=dict(self.budgets), passed=passed, failures=failures,
+                               size_bytes=model_size(path))
+
+    def metric_info(self) -> dict[str, dict[str, Any]]:
+        return {m.key: {"output": m.output, "metric": m.name, "higher_is_better": m.higher_is_better,
+                        "description": m.description} for m in self.metrics}
+
+
+# -- the reference ---------------------------------------------------------------------------------------
+
+def _is_onnx(reference: Any, framework: str) -> bool:
+    if framework == "onnx":
+        return True
+    return isinstance(reference, (str, os.PathLike)) and Path(reference).suffix.lower() == ".onnx"
+
+
+class ReferenceModel:
+    """Runs the reference: onnxruntime on the CPU for ONNX files, the framework plugin otherwise.
+
+    The reference runs on the CPU whatever ``--provider`` says: its answers are
+    the ones to keep, and an accelerator's own rounding belongs to the candidates.
+    """
+
+    def __init__(self, name: str, framework: str, run: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]],
+                 specs: Callable[[], list[InputSpec]] | None, path: str | None = None):
+        self.name = name
+        self.framework = framework
+        self.run = run
+        self._specs = specs
+        self.path = path
+
+    def specs(self, candidate: str | os.PathLike[str] | None = None) -> list[InputSpec]:
+        from .inputs import specs_from_onnx
+
+        if self._specs is not None:
+            try:
+                return self._specs()
+            except UsageError:
+                if candidate is None:
+                    raise
+        if candidate is None:
+            raise UsageError(f"{self.name}: cannot tell the model's inputs; give a candidate ONNX model or inputs")
+        return specs_from_onnx(candidate)
+
+    @classmethod
+    def load(cls, reference: Any, framework: str = "auto", options: Mapping[str, Any] | None = None,
+             settings: SessionSettings | None = None, inputs: Sequence[InputSpec] | None = None) -> ReferenceModel:
+        from dataclasses import replace
+
+        from .runtime import SessionSettings
+
+        if _is_onnx(reference, framework):
+            from .inputs import specs_from_onnx
+            from .modelio import load_model
+            from .runtime import create_session, run_session
+
+            path = str(reference)
+            load_model(path, load_external_data=False)  # a clear error for unreadable files
+            cpu = replace(settings or SessionSettings(), provider="cpu", provider_options={})
+            session = create_session(path, cpu)
+            specs = (lambda: list(inputs)) if inputs else (lambda: specs_from_onnx(path))
+            return cls(path, "onnx", lambda feeds: run_session(session, feeds), specs, path)
+        if hasattr(reference, "run") and not isinstance(reference, (str, os.PathLike)):
+            model = reference  # an already loaded SourceModel
+            specs = (lambda: list(inputs)) if inputs else (lambda: [s.with_role() for s in model.input_specs()])
+            return cls(type(model).__name__, framework if framework != "auto" else "python",
+                       lambda feeds: _run_source(model, feeds), specs)
+        from .sources import INPUTS, load_source
+
+        opts = dict(options or {})
+        if inputs:
+            opts[INPUTS] = list(inputs)
+        loaded = load_source(str(reference), framework, opts)
+        return cls(str(reference), loaded.framework, lambda feeds: _run_source(loaded.model, feeds),
+                   lambda: loaded.input_specs, str(reference) if Path(str(reference)).exists() else None)
+
+
+def _run_source(model: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import numpy as np
+
+    try:
+        outputs = model.run(feeds)
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"the reference model failed on the data: {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:300]}") from exc
+    return {k: np.asarray(v) for k, v in outputs.items()}
+
+
+def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, Any] | None, samples: int,
+                  batch_size: int, seq_len: int, seed: int) -> tuple[list[dict[str, np.ndarray]], Any, str]:
+    """Batches of feeds, labels (or None) and a description of where they came from."""
+    from .data import Dataset, load_data
+    from .inputs import make_feeds
+
+    if data is None:
+        count = max(1, math.ceil((samples or DEFAULT_SAMPLES) / batch_size))
+        batches = [make_feeds(specs, batch=batch_size, seq=seq_len, seed=seed + i, pad=True) for i in range(count)]
+        return batches, None, f"{count * batch_size} generated samples (padded, seq {seq_len})"
+    dataset = data if isinstance(data, Dataset) else load_data(data, specs, options)
+    if samples and len(dataset) > samples:
+        dataset = dataset.take(samples)
+    batches = list(dataset.batches(batch_size))
+    if not batches:
+        raise UsageError(f"{dataset.source or data}: no samples")
+    return batches, dataset.labels, f"{len(dataset)} samples from {dataset.source or data}"
+
+
+# -- one call ----------------------------------------------------------------------------------------------
+
+def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+            data: Any = None, metrics: Sequence[str] | None = None, max_drop: Any = None,
+            settings: SessionSettings | None = None, *, framework: str = "auto",
+            source_options: Mapping[str, Any] | None = None, data_options: Mapping[str, Any] | None = None,
+            inputs: Sequence[InputSpec] | None = None, primary: str | None = None,
+            samples: int | None = None, batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ,
+            seed: int = 0, placement: bool | None = None, progress: Progress | None = None) -> CompareResult:
+    """Score each candidate ONNX model against ``reference``.
+
+    ``metrics``: metric names (``top1_agreement``) or keys
+    (``logits.top1_agreement``); default: the ones that suit each output.
+    ``max_drop``: a budget for the primary metric (``0.01`` or ``"1%"``), or
+    ``METRIC=VALUE`` strings / a mapping for specific metrics; candidates over
+    budget get ``passed=False``.  ``placement``: report nodes that fall back to
+    the CPU (default: whenever ``settings`` asks for a non-CPU provider).
+    """
+    from .modelio import load_model, model_size
+    from .runtime import SessionSettings
+
+    if isinstance(candidates, (str, os.PathLike)):
+        candidates = [candidates]
+    candidates = [str(c) for c in candidates]
+    if not candidates:
+        raise UsageError("give at least one candidate ONNX model")
+    for c in candidates:
+        load_model(c, load_external_data=False)  # unreadable candidates stop us before any work
+    settings = settings or SessionSettings()
+    say = progress or (lambda _msg: None)
+    judge = Judge.from_reference(reference, data, candidates[0], framework=framework, source_options=source_options,
+                                 data_options=data_options, inputs=inputs, metrics=metrics, max_drop=max_drop,
+                                 primary=primary, settings=settings, samples=samples, batch_size=batch_size,
+                                 seq_len=seq_len, seed=seed, progress=say)
+    names = _names(candidates)
+    check_placement = settings.provider != "cpu" if placement is None else placement
+    results = []
+    for name, path in zip(names, candidates):
+        say(f"scoring {name}")
+        result = judge.evaluate(path, name)
+        _add_placement(result, path, settings, judge, check_placement)
+        results.append(result)
+    ref_size = model_size(judge.reference_path) if judge.reference_path and Path(judge.reference_path).is_file() else None
+    return CompareResult(reference=str(reference) if isinstance(reference, (str, os.PathLike)) else judge.reference_name,
+                         framework=judge.framework, primary_metric=judge.primary,
+                         reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
+                         samples=judge.samples, data=judge.data_description,
+                         settings=_settings_dict(settings) | {"batch_size": judge.batch_size},
+                         reference_size_bytes=ref_size)
+
+
+def _names(paths: Sequence[str]) -> list[str]:
+    stems = [Path(p).stem for p in paths]
+    return [stem if stems.count(stem) == 1 else p for stem, p in zip(stems, paths)]
+
+
+def _add_placement(result: CandidateResult, path: str, settings: SessionSettings, judge: Judge, check: bool) -> None:
+    from .placement import format_advice, model_format
+
+    result.format = model_format(path)
+    if settings.provider == "cpu" and not check:
+        return
+    advice = format_advice(settings.provider, result.format)
+    if advice:
+        result.notes.append(advice)
+    if check:
+        from .placement import cpu_fallback_nodes
+
+        first = _split_batches(judge.feeds, judge.batch_size)[0]
+        fallback = cpu_fallback_nodes(path, settings, first)
+        result.cpu_fallback = fallback
+        if fallback:
+            ops = sorted(set(fallback.values()))
+            result.notes.append(f"{len(fallback)} node(s) fell back to the CPU ({', '.join(ops[:8])}"
+                                f"{'...' if len(ops) > 8 else ''})")
+
+
+def _settings_dict(settings: SessionSettings) -> dict[str, Any]:
+    return {"provider": settings.provider, "threads": settings.threads,
+            "graph_optimization": settings.graph_optimization, "execution_mode": settings.execution_mode,
+            "provider_options": dict(settings.provider_options)}
