@@ -5,7 +5,8 @@ is its own and nothing one model allocates bleeds into another's figures.
 The parent drives the workers in turn (A B A B ...) over a line-based JSON
 protocol on stdin/stdout:
 
-    {"cmd": "load", "model": PATH, "feeds": NPZ, "batch": N, "settings": {...}}
+    {"cmd": "ready", "settings": {...}}  -> {"ok": true, "pid": ...}   (imports done, provider checked)
+    {"cmd": "load", "model": PATH, "feeds": NPZ, "settings": {...}}
         -> {"ok": true, "pid": ..., "load_seconds": ..., "baseline_rss_bytes": ..., "providers": [...]}
     {"cmd": "run", "n": K}      -> {"ok": true, "latencies_ms": [...]}   (K timed session runs)
     {"cmd": "stats"}            -> {"ok": true, "peak_rss_bytes": ..., "rss_bytes": ...}
@@ -59,6 +60,16 @@ class Worker:
         self.batches: list[dict[str, Any]] = []
         self.turn = 0
 
+    def ready(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Do the imports and plugin discovery up front, so load time is the session's alone."""
+        import numpy  # noqa: F401
+        import onnxruntime  # noqa: F401
+
+        from .runtime import SessionSettings, resolve_providers
+
+        resolve_providers(SessionSettings(**msg["settings"]))
+        return {"pid": os.getpid()}
+
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 
@@ -66,7 +77,7 @@ class Worker:
 
         with np.load(msg["feeds"], allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
-        self.batches = split_batches(arrays, int(msg["batch"]))
+        self.batches = unpack_batches(arrays)
         settings = SessionSettings(**msg["settings"])
         # Import onnxruntime before the baseline so that the figure isolates what the model itself costs.
         import onnxruntime  # noqa: F401
@@ -104,13 +115,15 @@ class _Usage(Exception):
     pass
 
 
-def split_batches(arrays: dict[str, Any], batch: int) -> list[dict[str, Any]]:
-    """Complete batches of ``batch`` samples (axis 0); a dataset smaller than one batch is one short batch."""
-    count = min(a.shape[0] for a in arrays.values()) if arrays else 0
-    if count == 0:
+def unpack_batches(arrays: dict[str, Any]) -> list[dict[str, Any]]:
+    """``b<i>__<input>`` arrays (as the parent saves them) back into a list of feed dicts."""
+    batches: dict[int, dict[str, Any]] = {}
+    for key, value in arrays.items():
+        index, _, name = key.partition("__")
+        batches.setdefault(int(index[1:]), {})[name] = value
+    if not batches:
         raise _Usage("no samples to run")
-    starts = list(range(0, count - batch + 1, batch)) or [0]
-    return [{k: v[s:s + batch] for k, v in arrays.items()} for s in starts]
+    return [batches[i] for i in sorted(batches)]
 
 
 def main() -> None:
@@ -127,7 +140,9 @@ def main() -> None:
         if cmd == "exit":
             break
         try:
-            if cmd == "load":
+            if cmd == "ready":
+                reply = worker.ready(msg)
+            elif cmd == "load":
                 reply = worker.load(msg)
             elif cmd == "run":
                 reply = worker.run(int(msg["n"]))

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 TURN_SECONDS = 0.05
 #: ... but every model gets at least this many turns, so the interleaving means something
 MIN_TURNS = 10
+#: with --data, the worker cycles through at most this many batches of real samples
+MAX_DATA_BATCHES = 32
 
 Progress = Callable[[float, str], None]
 
@@ -125,14 +127,15 @@ class BenchResult:
 
 def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int = 128, runs: int = 100,
           warmup: int = 10, seconds: float | None = None, settings: SessionSettings | None = None,
-          data: str | os.PathLike[str] | None = None, feeds: Mapping[str, np.ndarray] | None = None,
+          data: str | os.PathLike[str] | None = None, data_options: Mapping[str, Any] | None = None,
+          feeds: Mapping[str, np.ndarray] | None = None,
           names: Sequence[str] | None = None, runs_per_turn: int | None = None, seed: int = 0,
           progress: Progress | None = None) -> BenchResult:
     """Benchmark ``models`` interleaved, each in its own worker process.
 
     Inputs come from ``feeds`` (used for every model, as is), else from
-    ``data`` (an .npz via :func:`onnxlite.data.load_data`, cycled through in
-    batches of ``batch``), else generated from each model's input specs
+    ``data`` (anything :func:`onnxlite.data.load_data` reads, with
+    ``data_options``; up to 32 complete batches of ``batch`` samples, cycled), else generated from each model's input specs
     (``batch`` rows, ``seq_len`` on the other dynamic axes, padded rows).
     ``seconds`` replaces ``runs``: each model is measured for about that
     much running time.  ``progress(fraction, text)`` is called as turns finish.
@@ -159,13 +162,15 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
         try:
             for i, path in enumerate(paths):
                 feed_file = Path(tmp) / f"feeds{i}.npz"
-                _write_feeds(feed_file, path, batch, seq_len, seed, data, feeds)
+                _write_feeds(feed_file, path, batch, seq_len, seed, data, data_options, feeds)
                 workers.append(_WorkerProcess(Path(tmp) / f"worker{i}.log"))
-            for worker, row in zip(workers, rows):   # all start first so their imports overlap
+            for worker in workers:   # all start first so their imports overlap ...
                 worker.start()
+            for worker, row in zip(workers, rows):   # ... and finish before any load time is taken
+                worker.request({"cmd": "ready", "settings": _settings_dict(settings)}, row.path)
             for i, (worker, row) in enumerate(zip(workers, rows)):
                 reply = worker.request({"cmd": "load", "model": row.path, "feeds": str(Path(tmp) / f"feeds{i}.npz"),
-                                        "batch": batch, "settings": _settings_dict(settings)}, row.path)
+                                        "settings": _settings_dict(settings)}, row.path)
                 row.worker_pid, row.load_seconds = reply["pid"], reply["load_seconds"]
                 row.baseline_rss_bytes, row.providers = reply["baseline_rss_bytes"], reply["providers"]
             _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress)
@@ -198,38 +203,48 @@ def _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_t
 
 
 def _names(paths: Sequence[Path]) -> list[str]:
-    """File stems, made unique with the parent folder (then an index) where they clash."""
+    """File stems; where stems clash, ``folder/stem``; where those clash too (one file twice), ``stem#2``..."""
     stems = [p.stem for p in paths]
-    out = []
-    for i, p in enumerate(paths):
-        name = stems[i]
-        if stems.count(name) > 1:
-            name = f"{p.parent.name}/{name}" if p.parent.name else name
+    longer = [f"{p.parent.name}/{p.stem}" if p.parent.name else p.stem for p in paths]
+    out: list[str] = []
+    for i, stem in enumerate(stems):
+        name = stem
+        if stems.count(stem) > 1:
+            name = longer[i] if longer.count(longer[i]) == 1 else stem
         if name in out:
-            name = f"{name}#{i + 1}"
+            name = f"{name}#{sum(1 for n in out if n == name or n.startswith(name + '#')) + 1}"
         out.append(name)
     return out
 
 
-def _write_feeds(target: Path, model: Path, batch: int, seq_len: int, seed: int, data, feeds) -> None:
+def _write_feeds(target: Path, model: Path, batch: int, seq_len: int, seed: int, data, data_options,
+                 feeds) -> None:
+    """Save the batches a worker cycles through as ``b<i>__<input name>`` arrays in one .npz."""
     import numpy as np
 
     from .inputs import make_feeds, specs_from_onnx
 
     if feeds is not None:
-        arrays = {k: np.asarray(v) for k, v in feeds.items()}
+        batches = [{k: np.asarray(v) for k, v in feeds.items()}]
     else:
         specs = specs_from_onnx(model)
         if data is not None:
             from .data import load_data
 
-            dataset = load_data(data, specs)
-            if len(dataset) < batch:
+            dataset = load_data(data, specs, data_options)
+            # Complete batches only (so every run has ``batch`` samples), and a bounded number of them.
+            batches = []
+            for chunk in dataset.batches(batch):
+                if min(int(v.shape[0]) for v in chunk.values()) < batch:
+                    break
+                batches.append(chunk)
+                if len(batches) >= MAX_DATA_BATCHES:
+                    break
+            if not batches:
                 raise UsageError(f"--data {data}: {len(dataset)} samples, fewer than --batch {batch}")
-            arrays = dict(dataset.arrays)
         else:
-            arrays = make_feeds(specs, batch=batch, seq=seq_len, seed=seed, pad=True)
-    np.savez(target, **arrays)
+            batches = [make_feeds(specs, batch=batch, seq=seq_len, seed=seed, pad=True)]
+    np.savez(target, **{f"b{i}__{name}": array for i, chunk in enumerate(batches) for name, array in chunk.items()})
 
 
 def _settings_dict(settings: SessionSettings) -> dict[str, Any]:

@@ -24,6 +24,8 @@ from .common import console, emit_json, is_tty, json_option, session_options, se
               help="Size of the other dynamic axes (sequence length) for generated inputs.")
 @click.option("--data", type=click.Path(path_type=Path), default=None,
               help="Run on samples from this .npz (keyed by input name) instead of generated inputs.")
+@click.option("--data-option", "data_options", multiple=True, metavar="KEY=VALUE",
+              help="Option for reading --data (see onnxlite.data), repeatable.")
 @click.option("--name", "names", multiple=True, help="Name for each model, in order (default: file names).")
 @click.option("--title", default=None, help="Title of the table and report.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -31,7 +33,7 @@ from .common import console, emit_json, is_tty, json_option, session_options, se
 @session_options
 @json_option
 def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: int, batch: int, seq_len: int,
-          data: Path | None, names: tuple[str, ...], title: str | None, report_dir: Path | None, provider: str,
+          data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None, report_dir: Path | None, provider: str,
           threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
     """Latency, throughput, load time, memory, size and op count of one or more ONNX models.
 
@@ -45,7 +47,8 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
     err = console(stderr=True)
     with _progress(err, enabled=is_tty()) as update:
         result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=runs, warmup=warmup, seconds=seconds,
-                           settings=settings, data=data, names=list(names) or None, progress=update)
+                           settings=settings, data=data,
+                           data_options=_pairs(data_options), names=list(names) or None, progress=update)
     report = result.to_report(title)
     written = write_report(report, report_dir) if report_dir else {}
     if as_json:
@@ -88,3 +91,9 @@ class _progress:
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def _pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    from .common import _split_pair
+
+    return dict(_split_pair(p, "--data-option") for p in pairs)

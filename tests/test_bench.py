@@ -1,0 +1,317 @@
+"""``onnxlite bench`` and ``onnxlite.bench`` on small real models built here (fp32 and dynamic int8).
+
+No timing assertions: latencies are checked for sanity and order
+(p50 <= p90 <= p99), the interleaving through the recorded schedule, memory
+through the worker processes' own figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxlite.errors import UsageError
+
+from conftest import run_cli
+
+
+def _mlp(path: Path, width: int, layers: int, seed: int = 0) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        inits += [numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(width).astype(np.float32) * 0.1, f"b{i}")]
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+                  helper.make_node("Relu", [f"a{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def _token_model(path: Path, vocab: int = 100, hidden: int = 32) -> Path:
+    """A tiny "encoder": embedding lookup, masked mean over the sequence (dynamic batch and seq)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    emb = numpy_helper.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "emb")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    last = numpy_helper.from_array(np.array([2], np.int64), "last")
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["m", "last"], ["m3"]),
+        helper.make_node("Mul", ["h", "m3"], ["hm"]),
+        helper.make_node("ReduceSum", ["hm", "axes"], ["s"], keepdims=0),
+        helper.make_node("ReduceSum", ["m3", "axes"], ["n"], keepdims=0),
+        helper.make_node("Div", ["s", "n"], ["pooled"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "tok",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", hidden])], [emb, axes, last])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def _fixed_batch_one(path: Path) -> Path:
+    """Loads fine but cannot run a batch of 2: a Reshape to a fixed [1, 4]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = numpy_helper.from_array(np.array([1, 4], np.int64), "shape")
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "fixed",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = tmp_path_factory.mktemp("bench_models")
+    fp32 = _mlp(root / "mlp_fp32.onnx", 256, 3)
+    int8 = root / "mlp_int8.onnx"
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    return {
+        "fp32": fp32,
+        "int8": int8,
+        "tiny": _mlp(root / "tiny.onnx", 8, 1),
+        # ~50 MB of weights: onnxruntime has to hold them, so its process must peak well above the tiny one's
+        "big": _mlp(root / "big.onnx", 1536, 5),
+        "tokens": _token_model(root / "tokens.onnx"),
+        "fixed": _fixed_batch_one(root / "fixed.onnx"),
+        "root": root,
+    }
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def fp32_vs_int8(models):
+    import onnxlite
+
+    before = {k: _digest(models[k]) for k in ("fp32", "int8")}
+    result = onnxlite.bench([models["fp32"], models["int8"]], batch=3, runs=24, warmup=2)
+    return result, before
+
+
+def test_rows_have_sane_figures(fp32_vs_int8, models):
+    import onnx
+
+    from onnxlite.modelio import model_size, op_counts
+
+    result, _ = fp32_vs_int8
+    assert [r.name for r in result.rows] == ["mlp_fp32", "mlp_int8"]
+    for row, key in zip(result.rows, ("fp32", "int8")):
+        assert row.status == "ok", row.note
+        assert row.runs == 24 == len(row.latencies_ms)
+        assert all(v > 0 for v in row.latencies_ms)
+        lat = row.latency_ms
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= max(row.latencies_ms)
+        assert min(row.latencies_ms) <= lat["mean"] <= max(row.latencies_ms)
+        assert row.throughput == pytest.approx(3 / (lat["mean"] / 1e3))
+        assert row.load_seconds > 0
+        assert row.size_bytes == model_size(models[key])
+        assert row.op_count == sum(op_counts(onnx.load(str(models[key]))).values())
+        assert row.providers[0] == "CPUExecutionProvider"
+    # dynamic int8 really is a different graph: integer ops, a quarter-ish of the weight bytes
+    assert result.rows[1].op_count > result.rows[0].op_count
+    assert result.rows[1].size_bytes < result.rows[0].size_bytes
+
+
+def test_measurement_is_interleaved(fp32_vs_int8):
+    result, _ = fp32_vs_int8
+    order = [i for i, _ in result.schedule]
+    assert len(order) >= 2 * 2
+    # A B A B ...: never the same model twice in a row while both still had runs to do
+    assert order[: len(order) // 2 * 2] == [0, 1] * (len(order) // 2)
+    for index in (0, 1):
+        assert sum(n for i, n in result.schedule if i == index) == 24
+
+
+def test_memory_is_measured_in_separate_worker_processes(fp32_vs_int8):
+    result, _ = fp32_vs_int8
+    pids = {row.worker_pid for row in result.rows}
+    assert os.getpid() not in pids and len(pids) == 2
+    for row in result.rows:
+        assert row.peak_rss_bytes > 0
+        assert row.peak_rss_bytes >= row.baseline_rss_bytes > 0
+
+
+def test_ratios_are_against_the_first_model(fp32_vs_int8):
+    result, _ = fp32_vs_int8
+    first, second = result.rows
+    ratios = result.ratios()
+    assert ratios[0] == {"size": 1.0, "speedup": 1.0, "memory": 1.0}
+    assert ratios[1]["size"] == pytest.approx(second.size_bytes / first.size_bytes)
+    assert ratios[1]["speedup"] == pytest.approx(first.latency_ms["p50"] / second.latency_ms["p50"])
+    assert ratios[1]["memory"] == pytest.approx(second.peak_rss_bytes / first.peak_rss_bytes)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["baseline"] == "mlp_fp32"
+    assert data["models"][1]["ratios"]["size"] == pytest.approx(ratios[1]["size"])
+    assert data["schedule"] == [list(t) for t in result.schedule]
+
+
+def test_inputs_are_never_modified(fp32_vs_int8, models):
+    _, before = fp32_vs_int8
+    assert {k: _digest(models[k]) for k in before} == before
+
+
+def test_report_from_bench(fp32_vs_int8):
+    result, _ = fp32_vs_int8
+    report = result.to_report("fp32 vs int8")
+    assert report.kind == "bench"
+    assert [r.status for r in report.rows] == ["reference", "ok"]
+    assert report.settings["batch"] == 3 and report.settings["provider"] == "cpu"
+    assert report.rows[1].latency_ms == result.rows[1].latency_ms
+
+
+def test_bigger_model_takes_more_memory(models):
+    import onnxlite
+
+    result = onnxlite.bench([models["tiny"], models["big"]], batch=2, runs=4, warmup=1)
+    tiny, big = result.rows
+    assert big.peak_rss_bytes > tiny.peak_rss_bytes
+    assert big.model_rss_bytes > tiny.model_rss_bytes
+    assert result.ratios()[1]["memory"] > 1
+
+
+def test_time_budget_and_padded_token_inputs(models):
+    import onnxlite
+
+    result = onnxlite.bench([models["tokens"], models["tokens"]], batch=4, seq_len=16, seconds=0.05, warmup=2)
+    assert [r.name for r in result.rows] == ["tokens", "tokens#2"]
+    for row in result.rows:
+        assert row.status == "ok", row.note
+        assert sum(row.latencies_ms) >= 50   # ran until its budget of running time was spent
+    order = [i for i, _ in result.schedule]
+    assert order[:4] == [0, 1, 0, 1]
+    assert result.settings["seconds"] == 0.05
+
+
+def test_data_file_and_too_few_samples(models, tmp_path):
+    import onnxlite
+
+    data = tmp_path / "samples.npz"
+    rng = np.random.default_rng(0)
+    np.savez(data, x=rng.standard_normal((7, 8)).astype(np.float32), labels=np.arange(7))
+    result = onnxlite.bench([models["tiny"]], batch=3, runs=5, warmup=0, data=data)
+    assert result.rows[0].status == "ok" and result.rows[0].runs == 5
+    assert result.settings["inputs"] == str(data)
+    with pytest.raises(UsageError, match="fewer than --batch 8"):
+        onnxlite.bench([models["tiny"]], batch=8, runs=2, data=data)
+
+
+def test_explicit_feeds_set_the_batch(models):
+    import onnxlite
+
+    feeds = {"x": np.ones((5, 8), np.float32)}
+    result = onnxlite.bench([models["tiny"]], feeds=feeds, runs=3, warmup=0)
+    assert result.batch == 5
+    assert result.rows[0].throughput == pytest.approx(5 / (result.rows[0].latency_ms["mean"] / 1e3))
+
+
+def test_a_model_that_fails_to_run_is_reported_failed(models):
+    import onnxlite
+
+    result = onnxlite.bench([models["tiny"], models["fixed"]], batch=2, runs=4, warmup=1)
+    ok, failed = result.rows
+    assert ok.status == "ok" and ok.runs == 4
+    assert failed.status == "failed" and failed.latency_ms is None
+    assert "reshape" in failed.note.lower()
+    assert result.to_report().rows[1].status == "failed"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"batch": 0}, "--batch"),
+    ({"runs": 0}, "--runs"),
+    ({"seconds": -1.0}, "--seconds"),
+    ({"names": ["a", "b"]}, "--name"),
+])
+def test_bad_arguments(models, kwargs, match):
+    import onnxlite
+
+    with pytest.raises(UsageError, match=match):
+        onnxlite.bench([models["tiny"]], **kwargs)
+
+
+# -- the command ---------------------------------------------------------------------------------------
+
+def test_cli_json_and_report(models, tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("bench", str(models["fp32"]), str(models["int8"]), "--runs", "6", "--warmup", "1",
+                   "--batch", "2", "--threads", "1", "--json", "--report", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [m["name"] for m in data["models"]] == ["mlp_fp32", "mlp_int8"]
+    assert data["settings"]["threads"] == 1 and data["batch"] == 2
+    assert all("latencies_ms" not in m for m in data["models"])
+    assert [i for i, _ in data["schedule"]][:2] == [0, 1]
+    for name in ("report.html", "report.json", "report.md"):
+        assert (out / name).stat().st_size > 0
+    assert data["report"]["html"] == str(out / "report.html")
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["kind"] == "bench" and saved["baseline"] == "mlp_fp32"
+
+
+def test_cli_prints_the_table_with_ratios(models):
+    proc = run_cli("bench", str(models["fp32"]), str(models["int8"]), "--runs", "4", "--warmup", "0",
+                   "--name", "fp32", "--name", "int8")
+    assert proc.returncode == 0, proc.stderr
+    for text in ("fp32", "int8", "p50 ms", "speedup", "size ratio", "peak RSS", "reference"):
+        assert text in proc.stdout
+
+
+def test_cli_failed_model_exits_1(models):
+    proc = run_cli("bench", str(models["tiny"]), str(models["fixed"]), "--runs", "2", "--batch", "2")
+    assert proc.returncode == 1
+    assert "fixed failed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--provider", "cuda"], "cuda"),
+    (["--provider", "nosuch"], "nosuch"),
+    (["--batch", "0"], "--batch"),
+    (["--batch", "two"], "--batch"),
+    (["--seconds", "0"], "--seconds"),
+])
+def test_cli_bad_options_exit_2(models, args, match):
+    proc = run_cli("bench", str(models["tiny"]), *args)
+    assert proc.returncode == 2, proc.stderr
+    assert match in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_unreadable_and_missing_models_exit_2(tmp_path, models):
+    bad = tmp_path / "broken.onnx"
+    bad.write_text("this is not a protobuf")
+    before = bad.read_bytes()
+    proc = run_cli("bench", str(models["tiny"]), str(bad))
+    assert proc.returncode == 2
+    assert str(bad) in proc.stderr and "not a readable ONNX model" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and bad.read_bytes() == before
+    proc = run_cli("bench", str(tmp_path / "missing.onnx"))
+    assert proc.returncode == 2 and "missing.onnx" in proc.stderr
