@@ -1,13 +1,86 @@
-"""`onnxlite export` (filled in by its own capability)."""
+"""``onnxlite export``: a thin layer over :func:`onnxlite.exporting.export`."""
 
 from __future__ import annotations
 
 import click
 
-from ..errors import OnnxliteError
+from .common import console, emit_json, human_bytes, json_option, session_options, session_settings
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def export() -> None:
-    """Not available yet in this build."""
-    raise OnnxliteError("'onnxlite export' is not available yet in this build")
+@click.command()
+@click.argument("source")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the .onnx file.")
+@click.option("--framework", default="auto", show_default=True, metavar="NAME",
+              help="Source framework plugin (pytorch, tensorflow, onnx...); auto works it out from the path.")
+@click.option("--input", "inputs", multiple=True, metavar="NAME:DTYPE[dims]",
+              help="An input, e.g. input_ids:int64[batch,seq]; named dims are dynamic axes. Repeat per input.")
+@click.option("--opset", type=click.IntRange(7, 23), default=None, help="ONNX opset (default 18).")
+@click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default=None,
+              help="PyTorch exporter (default torchscript, falling back to dynamo on failure).")
+@click.option("--samples", type=click.Path(), default=None, help="Real inputs (.npz keyed by input name) to verify on.")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-4).")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance (default 1e-3).")
+@click.option("--no-verify", is_flag=True, help="Skip the onnxruntime check against the source (not recommended).")
+@click.option("--model-class", default=None, metavar="MODULE:CLASS", help="The nn.Module class a state dict belongs to.")
+@click.option("--external-data", is_flag=True, help="Store weights in OUT.onnx.data (always done above 2 GB).")
+@session_options
+@json_option
+def export(source: str, output: str, framework: str, inputs: tuple[str, ...], opset: int | None, exporter: str | None,
+           samples: str | None, atol: float | None, rtol: float | None, no_verify: bool, model_class: str | None,
+           external_data: bool, provider: str, threads: int | None, graph_optimization: str, execution_mode: str,
+           as_json: bool) -> None:
+    """Export SOURCE (PyTorch, TensorFlow or ONNX) to a verified ONNX file.
+
+    \b
+    SOURCE is a Python reference (model.py:net, pkg.module:build), a TorchScript
+    file, a torch.export .pt2, a state dict .pt with --model-class, a transformers
+    folder, a Keras/SavedModel source, or an .onnx file.
+    """
+    from ..exporting import export as run_export
+    from ..verify import DEFAULT_ATOL, DEFAULT_RTOL
+
+    settings = session_settings(provider, threads, graph_optimization, execution_mode)
+    err = console(stderr=True)
+    with err.status("Exporting...", spinner="dots") as status:
+        result = run_export(source, output, framework=framework, inputs=list(inputs) or None, opset=opset,
+                            exporter=exporter, samples=samples, atol=DEFAULT_ATOL if atol is None else atol,
+                            rtol=DEFAULT_RTOL if rtol is None else rtol, verify=not no_verify,
+                            model_class=model_class, external_data=external_data or None, settings=settings,
+                            on_step=lambda message: status.update(f"{message}..."))
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    show(result)
+
+
+def show(result) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = console()
+    summary = Table(title=escape(f"Exported {result.source} -> {result.path}"), show_header=False, title_justify="left")
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("framework", f"{result.framework} ({result.exporter})")
+    summary.add_row("opset", str(result.opset))
+    summary.add_row("size", human_bytes(result.size_bytes))
+    summary.add_row("inputs", escape("\n".join(result.inputs)))
+    summary.add_row("outputs", escape("\n".join(result.outputs)))
+    if result.fallback:
+        summary.add_row("fallback", escape(result.fallback))
+    out.print(summary)
+    if result.verification is None:
+        out.print("[yellow]Not verified (--no-verify).[/yellow]")
+        return
+    table = Table(title=f"Verification in onnxruntime (atol {result.verification.atol:g}, "
+                        f"rtol {result.verification.rtol:g})", title_justify="left")
+    for column in ("output", "max |diff|", "cosine mean", "cosine min", "result"):
+        table.add_column(column, justify="left" if column == "output" else "right")
+    for row in result.rows:
+        cos_mean = "exact" if row["exact"] else f"{row['cosine_mean']:.6f}"
+        cos_min = "" if row["exact"] else f"{row['cosine_min']:.6f}"
+        table.add_row(escape(row["output"]), f"{row['max_abs_diff']:.3g}", cos_mean, cos_min,
+                      "[green]ok[/green]" if row["passed"] else "[red]FAIL[/red]")
+    out.print(table)
+    sets = sorted({r.feed_set for r in result.verification.rows})
+    out.print(f"Checked on {len(sets)} input sets: {'; '.join(sets)}.")

@@ -1,1 +1,77 @@
-"""Built-in plugin: onnx_file (being written)."""
+"""Built-in framework plugin: an existing ``.onnx`` file, checked and passed through.
+
+The checker runs by path so models over 2 GB (external data) work; a model
+that kept its weights in external data keeps them after passing through.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from onnxlite import FrameworkSpec, UsageError, hookimpl
+
+
+def detect(source: str) -> bool:
+    return Path(source).suffix.lower() == ".onnx" and Path(source).is_file()
+
+
+class OnnxSource:
+    """An ONNX file: onnxruntime runs it as the reference, export copies it with its external data."""
+
+    def __init__(self, path: Path, settings: Any = None):
+        self.path = path
+        self.settings = settings
+        self._session = None
+
+    def input_specs(self):
+        from onnxlite.inputs import specs_from_onnx
+
+        return specs_from_onnx(self.path)
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        from onnxlite.runtime import create_session, run_session
+
+        if self._session is None:
+            self._session = create_session(self.path, self.settings)
+        return run_session(self._session, feeds)
+
+    def export(self, path: Path, inputs: Sequence[Any], sample: Mapping[str, Any], opset: int,
+               options: Mapping[str, Any]) -> dict[str, str]:
+        import onnx
+
+        from onnxlite.modelio import external_data_files, load_model, save_model
+
+        model = load_model(self.path, load_external_data=True)
+        save_model(model, path, external_data=bool(external_data_files(self.path)) or None)
+        producer = f"{model.producer_name} {model.producer_version}".strip()
+        return {"onnxlite.exporter": "passthrough",
+                "onnxlite.versions": json.dumps({"onnx": onnx.__version__, "producer": producer}, sort_keys=True)}
+
+
+class OnnxExporter:
+    def load(self, source: str, options: Mapping[str, Any]) -> OnnxSource:
+        from onnxlite.modelio import check_model
+
+        path = Path(source)
+        if not path.exists():
+            raise UsageError(f"{source}: no such file")
+        if path.is_dir():
+            raise UsageError(f"{source}: is a folder, expected an .onnx file")
+        check_model(path)
+        return OnnxSource(path, options.get("settings"))
+
+
+@hookimpl
+def register_frameworks() -> list[FrameworkSpec]:
+    return [FrameworkSpec(
+        name="onnx",
+        description="An existing .onnx file: checked (onnx.checker), verified and passed through, "
+                    "external data kept.",
+        factory=OnnxExporter,
+        requires=("onnx",),
+        install="onnx",
+        detect=detect,
+    )]

@@ -1,0 +1,275 @@
+"""``onnxlite.export``: any supported source to a verified ONNX file.
+
+Order matters: reference outputs come from the freshly loaded model before
+exporting (an in-memory transformers model was seen to answer differently after
+a TorchScript export in the same process); the export goes to a scratch folder
+beside the output; provenance is written into ``metadata_props``; onnxruntime
+runs the result against the references; only then is the file moved into
+place.  A failed check leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import OnnxliteError, UsageError, VerificationError
+from .verify import DEFAULT_ATOL, DEFAULT_RTOL, Verification
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .inputs import InputSpec
+    from .runtime import SessionSettings
+
+#: Recent enough for transformer graphs, supported by both torch exporters and every onnxruntime >= 1.15.
+DEFAULT_OPSET = 18
+
+#: (batch, sequence length) of the synthetic sample sets; dims >= 2 because dynamo specializes 0 and 1,
+#: and batch differs from seq so the exporter cannot mistake one axis for the other.
+SAMPLE_SHAPES = ((2, 8), (3, 5))
+
+
+@dataclass
+class ExportResult:
+    """What ``export`` produced and how well it matched the source."""
+
+    path: Path
+    source: str
+    framework: str
+    exporter: str
+    opset: int
+    inputs: list[str]
+    outputs: list[str]
+    size_bytes: int
+    verification: Verification | None = None
+    fallback: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        return self.verification is not None and self.verification.passed
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.verification.per_output() if self.verification else []
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "source": self.source, "framework": self.framework,
+                "exporter": self.exporter, "opset": self.opset, "inputs": self.inputs, "outputs": self.outputs,
+                "size_bytes": self.size_bytes, "fallback": self.fallback, "verified": self.verified,
+                "verification": self.verification.to_dict() if self.verification else None,
+                "metadata": self.metadata}
+
+
+def _dim_sizes(specs: Sequence[InputSpec], batch: int, seq: int) -> dict[str, int]:
+    """Distinct sizes for distinct dim names (batch axes excepted), so no two dynamic axes look tied together."""
+    sizes: dict[str, int] = {}
+    others = 0
+    for spec in specs:
+        for axis, dim in spec.dynamic_axes.items():
+            if dim in sizes:
+                continue
+            if axis == 0:
+                sizes[dim] = batch
+            else:
+                sizes[dim] = seq + others
+                others += 1
+    return sizes
+
+
+def sample_sets(input_specs: Sequence[InputSpec], samples: Any = None) -> list[dict[str, np.ndarray]]:
+    """Feed sets for verification.
+
+    With ``samples`` (an ``.npz`` path, a :class:`~onnxlite.data.Dataset` or a
+    mapping of arrays) the user's samples are the first set and its first
+    sample alone the second (a batch of one).  Otherwise two synthetic sets at
+    different batch sizes and sequence lengths, padded where there are masks,
+    with every value in its input's valid range.
+    """
+    from .data import Dataset, load_data, validate
+    from .inputs import make_feeds
+
+    specs = [spec.with_role() for spec in input_specs]
+    if samples is not None:
+        if isinstance(samples, Dataset):
+            dataset = samples
+            validate(dataset, specs, dataset.source or "--samples")
+        elif isinstance(samples, Mapping):
+            dataset = Dataset({k: v for k, v in samples.items()}, None, "--samples")
+            validate(dataset, specs, "--samples")
+        else:
+            dataset = load_data(samples, specs)
+        arrays = {spec.name: dataset.arrays[spec.name] for spec in specs}
+        sets = [arrays]
+        if len(dataset) > 1:
+            sets.append({name: array[:1] for name, array in arrays.items()})
+        return sets
+    sets = []
+    for seed, (batch, seq) in enumerate(SAMPLE_SHAPES):
+        sets.append(make_feeds(specs, batch=batch, seq=seq, seed=seed, pad=True, sizes=_dim_sizes(specs, batch, seq)))
+    return sets
+
+
+def _trace_sample(feeds_list: list[dict[str, np.ndarray]], specs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
+    first = feeds_list[0]
+    if all(array.shape[0] >= 2 or 0 not in spec.dynamic_axes for spec, array in
+           zip(specs, (first[s.name] for s in specs))):
+        return first
+    # A user batch of one would let dynamo specialize the batch axis; trace on synthetic shapes instead.
+    return sample_sets(specs)[0]
+
+
+def _versions(extra: str | None) -> str:
+    import onnx
+    import onnxruntime
+
+    from . import __version__
+
+    versions = json.loads(extra) if extra else {}
+    versions.update({"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "onnxlite": __version__})
+    return json.dumps(versions, sort_keys=True)
+
+
+def _output_specs(model: Any) -> list[str]:
+    from onnx import helper
+
+    specs = []
+    for value in model.graph.output:
+        tensor = value.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor.elem_type else "?"
+        dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
+        specs.append(f"{value.name}:{dtype}[{','.join(dims)}]")
+    return specs
+
+
+def _opset(model: Any) -> int:
+    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _check_output(output: Path, source: str) -> None:
+    if output.is_dir():
+        raise UsageError(f"-o {output}: is a folder, expected a file path such as model.onnx")
+    if output.suffix.lower() != ".onnx":
+        raise UsageError(f"-o {output}: the output should end in .onnx")
+    src = Path(source)
+    if src.exists() and output.exists() and os.path.samefile(src, output):
+        raise UsageError(f"-o {output}: is the source itself; choose another output path (inputs are never modified)")
+
+
+def _coerce_inputs(inputs: Sequence[InputSpec | str] | None) -> list[InputSpec] | None:
+    from .inputs import InputSpec, parse_input_spec
+
+    if not inputs:
+        return None
+    specs = [item if isinstance(item, InputSpec) else parse_input_spec(str(item)) for item in inputs]
+    names = [spec.name for spec in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"--input {dupes[0]}: given more than once")
+    return [spec.with_role() for spec in specs]
+
+
+def _run_reference(model: Any, feeds: Mapping[str, np.ndarray], specs: Sequence[InputSpec], source: str) -> dict:
+    try:
+        return model.run(feeds)
+    except OnnxliteError:
+        raise
+    except Exception as exc:
+        shapes = ", ".join(f"{n}{list(a.shape)}" for n, a in feeds.items())
+        given = " ".join(str(s) for s in specs)
+        raise UsageError(f"{source}: the model failed on sample inputs {shapes} built from {given} "
+                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); check --input") from None
+
+
+def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, framework: str = "auto",
+           inputs: Sequence[InputSpec | str] | None = None, opset: int | None = None, exporter: str | None = None,
+           samples: Any = None, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, verify: bool = True,
+           model_class: str | None = None, external_data: bool | None = None,
+           settings: SessionSettings | None = None, options: Mapping[str, Any] | None = None,
+           on_step: Callable[[str], None] | None = None) -> ExportResult:
+    """Export ``source`` to ``output`` (an ``.onnx`` path) and verify it in onnxruntime.
+
+    ``inputs`` are ``NAME:DTYPE[dims]`` strings or InputSpecs (else derived from
+    the model); ``samples`` real inputs (``.npz``) used for verification;
+    ``external_data=None`` means only when the model is over 2 GB.  Raises
+    :class:`VerificationError` when outputs differ beyond ``atol``/``rtol``
+    (nothing is written then).
+    """
+    from .atomic import scratch_dir
+    from .modelio import external_data_files, load_model, model_size, save_model, set_metadata
+    from .sources import INPUTS, load_source
+    from .verify import verify as run_verify
+
+    step = on_step or (lambda _message: None)
+    source = str(source)
+    output = Path(output)
+    _check_output(output, source)
+    if atol < 0 or rtol < 0:
+        raise UsageError("--atol/--rtol: tolerances must not be negative")
+    opset = opset or DEFAULT_OPSET
+    if not 7 <= opset <= 23:
+        raise UsageError(f"--opset {opset}: expected an opset between 7 and 23")
+    user_specs = _coerce_inputs(inputs)
+    load_options: dict[str, Any] = dict(options or {})
+    if model_class:
+        load_options["model_class"] = model_class
+    if user_specs:
+        load_options[INPUTS] = user_specs
+    if settings is not None:
+        load_options.setdefault("settings", settings)
+
+    step(f"Loading {source}")
+    loaded = load_source(source, framework, load_options)
+    specs = loaded.input_specs
+    feeds_list = sample_sets(specs, samples)
+    step("Computing reference outputs")
+    references = [_run_reference(loaded.model, feeds, specs, source) for feeds in feeds_list]
+
+    with scratch_dir(output) as work:
+        raw_dir = work / "export"
+        raw_dir.mkdir()
+        raw = raw_dir / "model.onnx"
+        step(f"Exporting with {loaded.framework}")
+        export_options = {"exporter": exporter} if exporter else {}
+        provenance = dict(loaded.model.export(raw, specs, _trace_sample(feeds_list, specs), opset, export_options))
+        if not raw.exists():
+            raise OnnxliteError(f"{source}: the {loaded.framework} plugin reported success but wrote no model")
+        had_external = bool(external_data_files(raw))
+        model = load_model(raw, load_external_data=True)
+        metadata = {key: str(value) for key, value in provenance.items() if key.startswith("onnxlite.")}
+        metadata.update({
+            "onnxlite.framework": loaded.framework,
+            "onnxlite.exporter": str(provenance.get("onnxlite.exporter", loaded.framework)),
+            "onnxlite.versions": _versions(provenance.get("onnxlite.versions")),
+            "onnxlite.inputs": json.dumps([str(spec) for spec in specs]),
+            "onnxlite.source": source,
+        })
+        set_metadata(model, metadata)
+        staged = work / output.name
+        save_model(model, staged, external_data=True if (external_data or had_external) else None)
+        outputs = _output_specs(model)
+        opset_used = _opset(model)
+        del model
+
+        verification = None
+        if verify:
+            step("Verifying in onnxruntime")
+            verification = run_verify(None, staged, feeds_list, atol, rtol, settings, references)
+            if not verification.passed:
+                raise VerificationError(f"{source}: the exported model does not match {loaded.framework} "
+                                        f"(nothing written): {verification.message()}")
+        data_name = f"{output.name}.data"
+        if (work / data_name).exists():
+            os.replace(work / data_name, output.parent / data_name)
+        os.replace(staged, output)
+
+    return ExportResult(path=output, source=source, framework=loaded.framework,
+                        exporter=metadata["onnxlite.exporter"], opset=opset_used,
+                        inputs=[str(spec) for spec in specs], outputs=outputs, size_bytes=model_size(output),
+                        verification=verification, fallback=provenance.get("onnxlite.fallback"),
+                        metadata=metadata)
