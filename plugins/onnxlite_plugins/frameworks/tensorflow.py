@@ -326,19 +326,22 @@ class TensorFlowSource:
         from onnxlite.modelio import save_model
 
         save_model(model, path)
+        import json
+
         import keras
 
+        # Same keys as the PyTorch plugin, so reports read alike across frameworks.
         provenance = {
-            "source_framework": "tensorflow",
-            "source_kind": self.kind,
-            "tensorflow_version": tf.__version__,
-            "keras_version": keras.__version__,
-            "tf2onnx_version": tf2onnx.__version__,
-            "conversion": f"{self.description} -> tf.function -> tf2onnx.convert.from_graph_def, opset {used_opset}",
+            "onnxlite.exporter": "tf2onnx",
+            "onnxlite.versions": json.dumps({"tensorflow": tf.__version__, "keras": keras.__version__,
+                                             "tf2onnx": tf2onnx.__version__}, sort_keys=True),
+            "onnxlite.source_kind": self.kind,
+            "onnxlite.conversion": (f"{self.description} -> tf.function with input signature -> "
+                                    f"tf2onnx.convert.from_graph_def, opset {used_opset}"),
         }
         if used_opset != int(opset):
-            provenance["opset_note"] = (f"opset {opset} was asked; tf2onnx {tf2onnx.__version__} "
-                                        f"converts up to {max_opset}, so {used_opset} was used")
+            provenance["onnxlite.opset_note"] = (f"opset {opset} was asked; tf2onnx {tf2onnx.__version__} "
+                                                 f"converts up to {max_opset}, so {used_opset} was used")
         return provenance
 
     # -- helpers
@@ -348,7 +351,7 @@ class TensorFlowSource:
         tf = _import_tf()
         hints = self._output_names
         if tf.is_tensor(result):
-            return {hints[0] if len(hints) == 1 else "output_0": result}
+            return {hints[0] if len(hints) == 1 else "output": result}
         if isinstance(result, Mapping) and all(tf.is_tensor(v) for v in result.values()):
             return {str(k): v for k, v in result.items()}
         if isinstance(result, (list, tuple)) and all(tf.is_tensor(v) for v in result):
