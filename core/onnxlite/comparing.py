@@ -418,7 +418,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     the CPU (default: whenever ``settings`` asks for a non-CPU provider).
     """
     from .modelio import load_model, model_size
-    from .runtime import SessionSettings
+    from .runtime import SessionSettings, resolve_providers
 
     if isinstance(candidates, (str, os.PathLike)):
         candidates = [candidates]
@@ -428,6 +428,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     for c in candidates:
         load_model(c, load_external_data=False)  # unreadable candidates stop us before any work
     settings = settings or SessionSettings()
+    resolve_providers(settings)  # an unavailable provider is an error before the reference runs
     say = progress or (lambda _msg: None)
     judge = Judge.from_reference(reference, data, candidates[0], framework=framework, source_options=source_options,
                                  data_options=data_options, inputs=inputs, metrics=metrics, max_drop=max_drop,

@@ -1,13 +1,36 @@
-"""Built-in provider plugin: the onnxruntime execution providers people deploy on."""
+"""Built-in provider plugin: the onnxruntime execution providers people deploy on.
+
+Availability has two layers.  The registry's cheap check (no import) looks at
+which onnxruntime distribution is installed and the platform; ``check()``
+then asks the live build (``onnxruntime.get_available_providers()``).  A
+provider that fails either is an error with the package to install, never a
+silent run on the CPU.  ``fast_formats`` records which model formats each
+provider accelerates (docs/providers.md): CUDA has no fast int8 QOperator
+kernels (MatMulInteger/ConvInteger run on the CPU), TensorRT and OpenVINO
+want QDQ for int8.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from onnxlite import ProviderSpec, hookimpl
+from onnxlite import Option, ProviderSpec, UsageError, hookimpl
 
 CPU = "CPUExecutionProvider"
+#: onnxruntime wheels share the ``onnxruntime`` module; two installed at once shadow each other
+_ORT_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml",
+                      "onnxruntime-rocm", "onnxruntime-training")
+
+
+def _installed(dist: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution(dist)
+    except PackageNotFoundError:
+        return False
+    return True
 
 
 class OrtProvider:
@@ -22,43 +45,94 @@ class OrtProvider:
         available = ort.get_available_providers()
         if self.spec.ort_name in available:
             return None
+        installed = [d for d in _ORT_DISTRIBUTIONS if _installed(d)]
+        wanted = self.spec.packages[0]
+        if wanted in installed and len(installed) > 1:
+            others = ", ".join(d for d in installed if d != wanted)
+            return (f"{self.spec.ort_name} is missing although {wanted} is installed: {others} shadows it "
+                    f"(they share the onnxruntime module); pip uninstall {others} && "
+                    f"pip install --force-reinstall {wanted}")
         return (f"{self.spec.ort_name} is not in this onnxruntime build (onnxruntime {ort.__version__} offers "
-                f"{', '.join(available)}): pip install {self.spec.packages[0]}")
+                f"{', '.join(available)}): pip install {wanted}")
 
     def session_providers(self, options: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        chosen = [(self.spec.ort_name, {**self.spec.provider_options, **options})]
+        values = dict(self.spec.provider_options)
+        declared = {o.name: o for o in self.spec.options}
+        for key, raw in options.items():
+            option = declared.get(key)
+            if option is None and declared:
+                raise UsageError(f"provider option {key!r}: {self.spec.name} has no such option "
+                                 f"(valid: {', '.join(sorted(declared))})")
+            try:
+                value = option.parse(raw) if option is not None else raw
+            except ValueError as exc:
+                raise UsageError(f"provider option {key}={raw}: {exc}") from None
+            values[key] = value
+        # onnxruntime wants provider option values as strings or plain numbers
+        chosen = [(self.spec.ort_name, {k: (str(v) if isinstance(v, bool) else v) for k, v in values.items()})]
         if self.spec.ort_name != CPU:
-            # onnxruntime places nodes the accelerator cannot run on the CPU; naming it keeps that explicit.
+            # Nodes the accelerator has no kernel for go to the CPU; naming it keeps that explicit,
+            # and onnxlite.placement reports which nodes they were.
             chosen.append((CPU, {}))
         return chosen
 
+    def fast_for(self, fmt: str) -> bool:
+        """Whether this provider declares ``fmt`` (fp32, fp16, qdq, qoperator, int4) as a format it runs fast."""
+        return fmt in self.spec.fast_formats
+
 
 def _spec(name: str, ort_name: str, description: str, packages: tuple[str, ...], fast: tuple[str, ...],
-          provider_options: dict[str, Any] | None = None, platforms: tuple[str, ...] = ()) -> ProviderSpec:
+          provider_options: dict[str, Any] | None = None, platforms: tuple[str, ...] = (),
+          options: tuple[Option, ...] = ()) -> ProviderSpec:
     holder: list[ProviderSpec] = []
     spec = ProviderSpec(name=name, description=description, factory=lambda: OrtProvider(holder[0]),
                         requires=("onnxruntime",), install=packages[0], ort_name=ort_name, packages=packages,
-                        provider_options=provider_options or {}, fast_formats=fast, platforms=platforms)
+                        provider_options=provider_options or {}, fast_formats=fast, platforms=platforms,
+                        options=options)
     holder.append(spec)
     return spec
+
+
+_DEVICE_ID = Option("device_id", int, 0, "GPU index")
 
 
 @hookimpl
 def register_providers() -> list[ProviderSpec]:
     return [
-        _spec("cpu", CPU, "onnxruntime's default CPU kernels (MLAS); int8 QOperator and QDQ both run fast.",
-              ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"),
+        _spec("cpu", CPU, "onnxruntime's default CPU kernels (MLAS); int8 QOperator, QDQ and int4 all run fast.",
+              ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-rocm"),
               ("fp32", "qdq", "qoperator", "int4")),
-        _spec("cuda", "CUDAExecutionProvider", "NVIDIA GPUs through CUDA/cuDNN; fp16 pays off, int8 QOperator does not.",
-              ("onnxruntime-gpu",), ("fp32", "fp16", "int4")),
-        _spec("tensorrt", "TensorrtExecutionProvider", "NVIDIA TensorRT; wants QDQ models for int8.",
-              ("onnxruntime-gpu",), ("fp32", "fp16", "qdq")),
-        _spec("openvino", "OpenVINOExecutionProvider", "Intel CPUs, GPUs and NPUs through OpenVINO; QDQ for int8.",
-              ("onnxruntime-openvino",), ("fp32", "fp16", "qdq")),
-        _spec("directml", "DmlExecutionProvider", "DirectX 12 GPUs on Windows.",
-              ("onnxruntime-directml",), ("fp32", "fp16"), platforms=("win32",)),
-        _spec("coreml", "CoreMLExecutionProvider", "Apple Neural Engine and GPU on macOS/iOS.",
-              ("onnxruntime",), ("fp32", "fp16"), platforms=("darwin",)),
-        _spec("rocm", "ROCMExecutionProvider", "AMD GPUs through ROCm.",
-              ("onnxruntime-rocm",), ("fp32", "fp16")),
+        _spec("cuda", "CUDAExecutionProvider",
+              "NVIDIA GPUs through CUDA/cuDNN; fp16 pays off, int8 QOperator ops fall back to the CPU.",
+              ("onnxruntime-gpu",), ("fp32", "fp16", "int4"),
+              options=(_DEVICE_ID,
+                       Option("gpu_mem_limit", int, None, "bytes the arena may use"),
+                       Option("cudnn_conv_algo_search", str, None, "cuDNN convolution algorithm search",
+                              choices=("EXHAUSTIVE", "HEURISTIC", "DEFAULT")),
+                       Option("do_copy_in_default_stream", bool, None, "copy inputs in the compute stream"))),
+        _spec("tensorrt", "TensorrtExecutionProvider",
+              "NVIDIA TensorRT; int8 wants QDQ models, fp16 via trt_fp16_enable; unsupported subgraphs go to CUDA/CPU.",
+              ("onnxruntime-gpu",), ("fp32", "fp16", "qdq"),
+              options=(_DEVICE_ID,
+                       Option("trt_fp16_enable", bool, None, "let TensorRT run fp32 layers in fp16"),
+                       Option("trt_int8_enable", bool, None, "int8 for QDQ models"),
+                       Option("trt_engine_cache_enable", bool, None, "cache built engines"),
+                       Option("trt_engine_cache_path", str, None, "folder for cached engines"),
+                       Option("trt_max_workspace_size", int, None, "bytes TensorRT may use while building"))),
+        _spec("openvino", "OpenVINOExecutionProvider",
+              "Intel CPUs, GPUs and NPUs through OpenVINO; int8 wants QDQ models.",
+              ("onnxruntime-openvino",), ("fp32", "fp16", "qdq"),
+              options=(Option("device_type", str, None, "CPU, GPU, NPU or e.g. HETERO:GPU,CPU"),
+                       Option("precision", str, None, "inference precision", choices=("FP32", "FP16", "ACCURACY")),
+                       Option("num_of_threads", int, None, "CPU threads"),
+                       Option("cache_dir", str, None, "folder for compiled blobs"))),
+        _spec("directml", "DmlExecutionProvider", "DirectX 12 GPUs on Windows; fp16 pays off, int8 mostly does not.",
+              ("onnxruntime-directml",), ("fp32", "fp16"), platforms=("win32",), options=(_DEVICE_ID,)),
+        _spec("coreml", "CoreMLExecutionProvider", "Apple Neural Engine and GPU on macOS/iOS; fp16 pays off.",
+              ("onnxruntime",), ("fp32", "fp16"), platforms=("darwin",),
+              options=(Option("ModelFormat", str, None, "CoreML model type", choices=("MLProgram", "NeuralNetwork")),
+                       Option("MLComputeUnits", str, None, "where CoreML may run",
+                              choices=("ALL", "CPUOnly", "CPUAndGPU", "CPUAndNeuralEngine")))),
+        _spec("rocm", "ROCMExecutionProvider", "AMD GPUs through ROCm; fp16 pays off.",
+              ("onnxruntime-rocm",), ("fp32", "fp16"), options=(_DEVICE_ID,)),
     ]

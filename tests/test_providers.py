@@ -1,0 +1,155 @@
+"""Provider plugins, session creation without silent fallback, and node placement from onnxruntime's profiler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """A small named MLP (Gemm, Relu, MatMul, Add) and its dynamic int8 (QOperator) version."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in {"W1": (16, 64), "b1": (64,), "W2": (64, 64), "b2": (64,)}.items()]
+    nodes = [
+        helper.make_node("Gemm", ["x", "W1", "b1"], ["h1"], name="fc1"),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+        helper.make_node("MatMul", ["r1", "W2"], ["h2"], name="fc2"),
+        helper.make_node("Add", ["h2", "b2"], ["y"], name="bias2"),
+    ]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    folder = tmp_path_factory.mktemp("providers")
+    fp32 = folder / "mlp.onnx"
+    onnx.save(model, str(fp32))
+    int8 = folder / "mlp_int8.onnx"
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    return {"fp32": fp32, "int8": int8}
+
+
+def _graph_nodes(path: Path) -> dict[str, str]:
+    import onnx
+
+    return {n.name: n.op_type for n in onnx.load(str(path)).graph.node}
+
+
+def test_every_node_runs_on_the_cpu_provider_when_cpu_is_asked_for(models):
+    from onnxlite.placement import cpu_fallback_nodes, node_placement, profile_nodes
+    from onnxlite.runtime import SessionSettings
+
+    # Without graph optimization the profile names exactly the graph's nodes, so we can check them one by one.
+    settings = SessionSettings(provider="cpu", graph_optimization="disable")
+    for path in models.values():
+        placement = node_placement(path, settings)
+        assert set(placement) == set(_graph_nodes(path))
+        assert set(placement.values()) == {"CPUExecutionProvider"}
+        nodes = profile_nodes(path, settings)
+        assert {n: i["op"] for n, i in nodes.items()} == _graph_nodes(path)
+        # Nothing can fall back to the CPU when the CPU is what was asked for.
+        assert cpu_fallback_nodes(path, settings) == {}
+
+
+def test_placement_follows_graph_optimization(models):
+    """With optimizations on, onnxruntime fuses nodes; the placement reports what really ran."""
+    from onnxlite.placement import node_placement
+    from onnxlite.runtime import SessionSettings
+
+    optimized = node_placement(models["fp32"], SessionSettings(graph_optimization="all"))
+    assert optimized and set(optimized.values()) == {"CPUExecutionProvider"}
+    assert len(optimized) <= len(_graph_nodes(models["fp32"]))
+
+
+def test_parse_profile_reads_a_real_profile_and_picks_out_other_providers(models, tmp_path):
+    import onnxruntime as ort
+
+    from onnxlite.placement import parse_profile, read_profile
+
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.profile_file_prefix = str(tmp_path / "prof")
+    session = ort.InferenceSession(str(models["int8"]), options, providers=["CPUExecutionProvider"])
+    for _ in range(3):  # a node run several times is reported once
+        session.run(None, {"x": np.ones((2, 16), np.float32)})
+    path = session.end_profiling()
+    events = json.loads(Path(path).read_text())
+    placement = read_profile(path)
+    assert {n: i["op"] for n, i in placement.items()} == _graph_nodes(models["int8"])
+    # Same events as an accelerator would write them: the provider field is what counts.
+    first = next(iter(placement))
+    relabelled = [dict(e, args=dict(e.get("args", {}), provider="CUDAExecutionProvider"))
+                  if e.get("name") == f"{first}_kernel_time" else e for e in events]
+    assert parse_profile(relabelled)[first]["provider"] == "CUDAExecutionProvider"
+    assert all(i["provider"] == "CPUExecutionProvider" for n, i in parse_profile(relabelled).items() if n != first)
+    # Session events (model_run, ...) are not nodes.
+    assert not any(name in placement for name in ("model_run", "session_initialization"))
+
+
+def test_model_format_and_provider_advice(models):
+    from onnxlite.placement import format_advice, model_format
+
+    assert model_format(models["fp32"]) == "fp32"
+    assert model_format(models["int8"]) == "qoperator"
+    assert format_advice("cpu", "qoperator") is None
+    advice = format_advice("cuda", "qoperator")
+    assert advice and "CUDAExecutionProvider" in advice and "qoperator" in advice
+    assert "qdq" in format_advice("tensorrt", "qoperator")
+
+
+def test_unavailable_provider_is_a_clear_error_not_a_silent_cpu_run(models):
+    import onnxruntime as ort
+
+    from onnxlite import UsageError
+    from onnxlite.runtime import SessionSettings, create_session
+
+    assert "CUDAExecutionProvider" not in ort.get_available_providers()  # this machine has no GPU build
+    with pytest.raises(UsageError, match="onnxruntime-gpu"):
+        create_session(models["fp32"], SessionSettings(provider="cuda"))
+    result = run_cli("compare", str(models["fp32"]), str(models["int8"]), "--provider", "cuda")
+    assert result.returncode == 2
+    assert "pip install onnxruntime-gpu" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = run_cli("compare", str(models["fp32"]), str(models["int8"]), "--provider", "tensorrtt")
+    assert result.returncode == 2 and "did you mean 'tensorrt'" in result.stderr
+
+
+def test_live_check_explains_a_missing_provider_and_cpu_options_are_passed_through():
+    from onnxlite import get_registry
+
+    registry = get_registry()
+    cpu = registry.get("provider", "cpu").create()
+    assert cpu.check() is None
+    assert cpu.session_providers({}) == [("CPUExecutionProvider", {})]
+    # The live check (not only the cheap distribution check) names the package to install.
+    from onnxlite_plugins.providers.onnxruntime_eps import OrtProvider
+
+    cuda = OrtProvider(registry.get("provider", "cuda").spec)
+    reason = cuda.check()
+    assert reason and "pip install onnxruntime-gpu" in reason
+    providers = cuda.session_providers({"device_id": "1"})
+    assert providers == [("CUDAExecutionProvider", {"device_id": 1}), ("CPUExecutionProvider", {})]
+    from onnxlite import UsageError
+
+    with pytest.raises(UsageError, match="valid: .*device_id"):
+        cuda.session_providers({"devcie_id": "1"})
+
+
+def test_list_plugins_reports_provider_availability():
+    result = run_cli("--list-plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["name"]: r for r in json.loads(result.stdout)["providers"]}
+    assert rows["cpu"]["available"] is True
+    assert rows["cuda"]["available"] is False and "onnxruntime-gpu" in rows["cuda"]["reason"]
+    assert {"device_id", "gpu_mem_limit"} <= {o["name"] for o in rows["cuda"]["options"]}
