@@ -163,3 +163,34 @@ def test_missing_calibration_is_a_usage_error(digits_model, tmp_path):
     with pytest.raises(UsageError, match="calibration"):
         _quantize(digits_model[0], tmp_path / "x.onnx", {}, None)
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_through_the_quantize_host_with_an_images_folder(digits_model, tmp_path):
+    """The registry path: onnxlite.quantize loads a folder of PNGs with load_data and hands it to static."""
+    Image = pytest.importorskip("PIL.Image")
+    import onnxlite
+
+    model, train, test, test_labels = digits_model
+    folder = tmp_path / "pngs"
+    folder.mkdir()
+    for i, image in enumerate(train[:60]):
+        Image.fromarray((image[0] * 255).round().astype(np.uint8), mode="L").save(folder / f"{i:03d}.png")
+    result = onnxlite.quantize(model, tmp_path / "host.onnx", "static", calibration=folder,
+                               calibration_options={"scale": "true"}, method="MinMax")
+    assert result.details["calibration_samples"] == 60
+    assert result.quantized_ops.get("QuantizeLinear", 0) > 0
+    # PNG rounding changes pixels by at most 1/510, so calibration on them is as good as on the arrays.
+    assert _accuracy(result.path, test, test_labels) >= _accuracy(model, test, test_labels) - 1.0
+
+
+def test_cli_reports_bad_calibration_in_one_line(digits_model, tmp_path):
+    from conftest import run_cli
+
+    model = digits_model[0]
+    np.savez(tmp_path / "bad.npz", pixels=np.zeros((4, 1, 9, 9), np.float32))
+    done = run_cli("quantize", str(model), "-o", str(tmp_path / "out.onnx"), "--strategy", "static",
+                   "--calibration", str(tmp_path / "bad.npz"))
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "'pixels'" in lines[0] and "axis 2" in lines[0], done.stderr
+    assert not (tmp_path / "out.onnx").exists()
