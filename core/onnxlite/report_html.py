@@ -33,7 +33,7 @@ CSS = """
 * { box-sizing: border-box; }
 body { margin:0; font:14px/1.5 -apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
        color:var(--fg); background:var(--bg); }
-main { max-width:1180px; margin:0 auto; padding:28px 24px 48px; }
+main { max-width:1320px; margin:0 auto; padding:28px 24px 48px; }
 header h1 { margin:0 0 4px; font-size:24px; }
 header .sub { color:var(--muted); }
 section.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:16px 20px;
@@ -49,7 +49,7 @@ table.models th, table.models td { padding:6px 8px; border-bottom:1px solid var(
 table.models th { text-align:left; font-weight:600; color:var(--muted); font-size:12px; text-transform:uppercase;
                   letter-spacing:.03em; background:#fafbfc; white-space:normal; vertical-align:bottom; }
 table.models td.num, table.models th.num { text-align:right; }
-table.models td.note { white-space:normal; color:var(--muted); max-width:320px; }
+table.models td.note { white-space:normal; color:var(--muted); min-width:160px; max-width:320px; }
 table.models tr:hover td { background:#f8fafc; }
 .pill { display:inline-block; padding:1px 8px; border-radius:10px; color:#fff; font-size:12px; font-weight:600; }
 .caption { color:var(--muted); font-size:12px; margin-top:8px; }
@@ -92,7 +92,8 @@ def render_html(report: Report) -> str:
 
 def _table_html(report: Report) -> str:
     cols = columns(report)
-    head = "".join(f'<th class="{"" if h in {"model", "status", "note"} else "num"}">{escape(h)}</th>' for h, _ in cols)
+    head = "".join(f'<th class="{"" if h in {"model", "status", "note"} else "num"}">{_breakable(h)}</th>'
+                   for h, _ in cols)
     body = []
     for i, row in enumerate(report.rows):
         cells = []
@@ -115,6 +116,11 @@ def _table_html(report: Report) -> str:
                    "size and memory ratios below 1 are smaller, a speedup above 1 is faster.</div>")
     return (f'<section class="card"><h2>Models</h2><div class="table-wrap"><table class="models">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{caption}</section>")
+
+
+def _breakable(header: str) -> str:
+    """Metric names such as ``last_hidden_state.cosine_mean`` may wrap after a dot or underscore."""
+    return re.sub(r"([._])", r"\1<wbr>", escape(header))
 
 
 # -- chart ----------------------------------------------------------------------------------------
