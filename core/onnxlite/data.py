@@ -253,7 +253,7 @@ def _check_chunk(chunk: Mapping[str, Any], inputs: Sequence[InputSpec], where: s
             if axis and isinstance(dim, int) and array.shape[axis] != dim:
                 raise UsageError(f"{where}: input {spec.name!r} has size {array.shape[axis]} on axis {axis}, "
                                  f"the model expects {dim} (model shape {list(spec.shape)})")
-    sizes = {name: a.shape[0] for name, a in chunk.items()}
+    sizes = {spec.name: chunk[spec.name].shape[0] for spec in inputs}
     if len(set(sizes.values())) > 1:
         raise UsageError(f"{where}: inputs disagree on the number of samples ({sizes})")
 
