@@ -124,15 +124,18 @@ def describe_options(spec: QuantizerSpec) -> list[str]:
 
 
 @contextlib.contextmanager
-def quiet_root_logging(level: int = logging.ERROR) -> Iterator[None]:
-    """Silence onnxruntime's tooling, which logs generic advice on the root logger ("consider pre-processing")."""
-    root = logging.getLogger()
-    previous = root.level
-    root.setLevel(level)
+def quiet_root_logging(level: int = logging.ERROR, *names: str) -> Iterator[None]:
+    """Silence onnxruntime's tooling while it runs: it logs generic advice on the root logger
+    ("consider pre-processing") and per-node INFO lines on its own loggers (``names``)."""
+    loggers = [logging.getLogger()] + [logging.getLogger(n) for n in names]
+    previous = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(level)
     try:
         yield
     finally:
-        root.setLevel(previous)
+        for lg, old in zip(loggers, previous):
+            lg.setLevel(old)
 
 
 # ---------------------------------------------------------------- the run
