@@ -161,7 +161,7 @@ def load_image_folder(folder: Path, inputs: Sequence[InputSpec] | None, options:
     try:
         import PIL  # noqa: F401
     except ImportError:
-        raise UsageError(f"{folder}: reading images needs Pillow: pip install pillow") from None
+        raise UsageError(f"{folder}: reading images needs Pillow: pip install 'onnxlite[images]'") from None
     files, class_labels = _image_files(folder)
     plan = _Plan(folder, inputs, options)
     labels = None
