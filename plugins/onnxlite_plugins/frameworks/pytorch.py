@@ -165,7 +165,8 @@ class TorchSource:
         return [torch.from_numpy(np.ascontiguousarray(array)) for array in feeds.values()]
 
     def _call(self, names: Sequence[str], tensors: Sequence[Any]) -> Any:
-        if _takes_kwargs(self.module, names):
+        # An exported program's module advertises named parameters but takes them positionally only.
+        if self.program is None and _takes_kwargs(self.module, names):
             return self.module(**dict(zip(names, tensors)))
         return self.module(*tensors)
 
