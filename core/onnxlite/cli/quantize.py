@@ -31,7 +31,6 @@ class StrategyCommand(click.Command):
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         super().format_help(ctx, formatter)
         name = ctx.meta.get("onnxlite.strategy")
-        from ..errors import OnnxliteError
         from ..quantizing import get_strategy, strategies
 
         if not name:
@@ -40,10 +39,7 @@ class StrategyCommand(click.Command):
                                                                  f" [unavailable: {r.unavailable_reason()}]"))
                                     for r in strategies()])
             return
-        try:
-            entry = get_strategy(name)
-        except OnnxliteError as exc:
-            raise click.UsageError(f"--strategy: {exc}") from None
+        entry = get_strategy(name)  # a typo raises "did you mean", printed as one line by main()
         spec = entry.spec
         with formatter.section(f"Strategy {spec.name!r} ({entry.plugin.distribution} {entry.plugin.version})"):
             formatter.write_text(spec.description)
