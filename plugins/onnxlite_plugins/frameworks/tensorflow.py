@@ -298,6 +298,9 @@ class TensorFlowSource:
         import tf2onnx
         from tf2onnx import constants as tf2onnx_constants
 
+        if options.get("exporter") not in (None, "", "tf2onnx"):
+            raise UsageError(f"--exporter {options['exporter']}: TensorFlow sources are always converted "
+                             "with tf2onnx; drop --exporter")
         if not inputs:
             inputs = self.input_specs()
         signature = [tf.TensorSpec([d if isinstance(d, int) else None for d in spec.shape],
@@ -322,6 +325,7 @@ class TensorFlowSource:
                                     f"({_one_line(exc)})") from exc
         _raise_on_unsupported(model, errors, self.source, used_opset, max_opset)
         _name_input_dims(model, inputs)
+        _name_output_dims(model)
 
         from onnxlite.modelio import save_model
 
@@ -465,3 +469,40 @@ def _name_input_dims(model: Any, inputs: Sequence[Any]) -> None:
             if isinstance(want, str):
                 dim.ClearField("dim_value")
                 dim.dim_param = want
+
+
+def _name_output_dims(model: Any) -> None:
+    """Replace tf2onnx's ``unk__N`` output dims with what ONNX shape inference derives from the inputs.
+
+    The input dims carry the spec names by now, so inference usually finds
+    ``batch`` for the outputs' first axis; any dim it cannot tell stays as it was.
+    """
+    import onnx
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    # Stale tf2onnx shapes would win over the inferred ones.
+    del probe.graph.value_info[:]
+    for value in probe.graph.output:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param.startswith("unk__"):
+                dim.ClearField("dim_param")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe)
+    except Exception:  # noqa: BLE001 - names are cosmetic; the model itself is unchanged
+        return
+    found = {value.name: value for value in inferred.graph.output}
+    for value in model.graph.output:
+        better = found.get(value.name)
+        if better is None:
+            continue
+        dims, new = value.type.tensor_type.shape.dim, better.type.tensor_type.shape.dim
+        if len(dims) != len(new):
+            continue
+        for dim, other in zip(dims, new):
+            if dim.dim_param.startswith("unk__") and (other.dim_param or other.dim_value > 0):
+                if other.dim_param:
+                    dim.dim_param = other.dim_param
+                else:
+                    dim.ClearField("dim_param")
+                    dim.dim_value = other.dim_value
