@@ -65,6 +65,11 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn our errors into one line and an exit code."""
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    # TensorFlow's C++ logs (and its oneDNN banner) go to stderr at import, before the
+    # TF plugin can quiet them, e.g. when a user's file.py imports tensorflow itself.
+    # The CLI runs TF only as a reference, so quiet it; the user's own settings win.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     try:
         code = cli.main(args=args, prog_name="onnxlite", standalone_mode=False)
     except click.exceptions.Abort:
