@@ -194,3 +194,31 @@ def test_cli_reports_bad_calibration_in_one_line(digits_model, tmp_path):
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and "'pixels'" in lines[0] and "axis 2" in lines[0], done.stderr
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_reader_refuses_ragged_samples_for_histogram_methods():
+    from onnxlite import UsageError
+    from onnxlite_plugins.quantizers.static import CalibrationReader
+
+    feeds = [{"ids": np.zeros((1, 5), np.int64)}, {"ids": np.zeros((1, 7), np.int64)}]
+    assert len(list(CalibrationReader(feeds, uniform=False))) == 2  # MinMax copes with varying lengths
+    reader = CalibrationReader(feeds, uniform=True)
+    reader.get_next()
+    with pytest.raises(UsageError, match="max_length"):
+        reader.get_next()
+
+
+def test_reader_strides_read_each_batch_once(tmp_path):
+    from onnxlite.data import load_data
+    from onnxlite_plugins.quantizers.static import CalibrationReader
+
+    for i in range(3):
+        np.savez(tmp_path / f"p{i}.npz", x=np.arange(i * 10, i * 10 + 10, dtype=np.float32)[:, None])
+    reader = CalibrationReader(load_data(tmp_path), batch_size=4, limit=25)
+    assert len(reader) == 7  # 25 samples in batches of 4
+    seen = []
+    for start in range(0, 8, 3):  # strides as quantize_static issues them, the last past the end
+        reader.set_range(start, start + 3)
+        seen += [f["x"][:, 0].tolist() for f in iter(reader.get_next, None)]
+    assert [v for batch in seen for v in batch] == list(range(25))
+    assert reader.samples_seen == 25
