@@ -193,7 +193,12 @@ def test_report_from_bench(fp32_vs_int8):
 def test_bigger_model_takes_more_memory(models):
     import onnxlite
 
-    result = onnxlite.bench([models["tiny"], models["big"]], batch=2, runs=4, warmup=1)
+    seen = []
+    result = onnxlite.bench([models["tiny"], models["big"]], batch=2, runs=4, warmup=1,
+                            progress=lambda fraction, text: seen.append((fraction, text)))
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert any(text == "loading big" for _, text in seen) and any(t.startswith("measuring") for _, t in seen)
     tiny, big = result.rows
     assert big.peak_rss_bytes > tiny.peak_rss_bytes
     assert big.model_rss_bytes > tiny.model_rss_bytes

@@ -138,7 +138,7 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
     ``data_options``; up to 32 complete batches of ``batch`` samples, cycled), else generated from each model's input specs
     (``batch`` rows, ``seq_len`` on the other dynamic axes, padded rows).
     ``seconds`` replaces ``runs``: each model is measured for about that
-    much running time.  ``progress(fraction, text)`` is called as turns finish.
+    much running time.  ``progress(fraction, text)`` is called at each step and as turns finish.
     """
     settings = settings or SessionSettings()
     _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn)
@@ -164,11 +164,15 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
                 feed_file = Path(tmp) / f"feeds{i}.npz"
                 _write_feeds(feed_file, path, batch, seq_len, seed, data, data_options, feeds)
                 workers.append(_WorkerProcess(Path(tmp) / f"worker{i}.log"))
+            if progress:
+                progress(0.0, "starting worker processes")
             for worker in workers:   # all start first so their imports overlap ...
                 worker.start()
             for worker, row in zip(workers, rows):   # ... and finish before any load time is taken
                 worker.request({"cmd": "ready", "settings": _settings_dict(settings)}, row.path)
             for i, (worker, row) in enumerate(zip(workers, rows)):
+                if progress:
+                    progress(0.0, f"loading {row.name}")
                 reply = worker.request({"cmd": "load", "model": row.path, "feeds": str(Path(tmp) / f"feeds{i}.npz"),
                                         "settings": _settings_dict(settings)}, row.path)
                 row.worker_pid, row.load_seconds = reply["pid"], reply["load_seconds"]
@@ -275,6 +279,8 @@ def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, prog
     estimates = []
     for i, (worker, row) in enumerate(zip(workers, rows)):
         if warmup:
+            if progress:
+                progress(0.0, f"warming up {row.name}")
             reply = worker.try_request({"cmd": "run", "n": warmup})
             if not reply["ok"]:
                 _fail(row, worker, reply["error"])
@@ -321,7 +327,7 @@ def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, prog
             spent[i] += sum(reply["latencies_ms"])
             schedule.append((i, n))
             if progress:
-                progress(fraction(), row.name)
+                progress(fraction(), f"measuring {row.name}")
 
 
 def _fail(row: BenchRow, worker: _WorkerProcess, error: str) -> None:

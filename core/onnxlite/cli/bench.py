@@ -78,10 +78,10 @@ class _progress:
             return None
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("measuring {task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                             TimeElapsedColumn(), console=self.err, transient=True)
         self.bar.start()
-        task = self.bar.add_task("interleaved", total=1.0)
+        task = self.bar.add_task("starting", total=1.0)
 
         def update(fraction: float, name: str) -> None:
             self.bar.update(task, completed=fraction, description=name)
