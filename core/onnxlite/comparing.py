@@ -209,8 +209,10 @@ class Judge:
         batches, labels, description = _prepare_data(data, specs, data_options, samples, batch_size, seq_len, seed)
         say = progress or (lambda _msg: None)
         say(f"running the {ref.framework} reference on {description}")
-        outputs = [ref.run(b) for b in batches]
-        judge = cls(_concat(outputs, "reference output"), _concat(batches, "input"), labels, metrics,
+        outputs = _concat([ref.run(b) for b in batches], "reference output")
+        if candidate is not None:
+            outputs = _rename_like(outputs, candidate)
+        judge = cls(outputs, _concat(batches, "input"), labels, metrics,
                     max_drop=max_drop, primary=primary, settings=settings, batch_size=batch_size)
         judge.reference_name = ref.name
         judge.framework = ref.framework
@@ -296,6 +298,16 @@ class Judge:
     def metric_info(self) -> dict[str, dict[str, Any]]:
         return {m.key: {"output": m.output, "metric": m.name, "higher_is_better": m.higher_is_better,
                         "description": m.description} for m in self.metrics}
+
+
+def _rename_like(outputs: dict[str, np.ndarray], candidate: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Use the ONNX model's output names when the framework names its outputs otherwise (same count, in order)."""
+    from .modelio import load_model
+
+    names = [o.name for o in load_model(candidate, load_external_data=False).graph.output]
+    if len(names) == len(outputs) and not set(names) & set(outputs):
+        return dict(zip(names, outputs.values()))
+    return outputs
 
 
 # -- the reference ---------------------------------------------------------------------------------------

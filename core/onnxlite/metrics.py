@@ -66,8 +66,8 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
                     labels: Any = None, requested: Sequence[str] | None = None) -> list[ResolvedMetric]:
     """Bind metrics to outputs.
 
-    With no ``requested`` names, every registered metric whose ``applies`` says
-    yes for an output is used on it.  A requested ``METRIC`` goes on every
+    With no ``requested`` names, every registered metric marked ``default``
+    whose ``applies`` says yes for an output is used on it.  A requested ``METRIC`` goes on every
     output it applies to; ``OUTPUT.METRIC`` forces it onto that output.
     """
     from .registry import get_registry
@@ -85,7 +85,7 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
 
     if not requested:
         for entry in registry.all("metric"):
-            if not entry.available:
+            if not entry.available or not getattr(entry.spec, "default", True):
                 continue
             metric = entry.create()
             for output in outputs:

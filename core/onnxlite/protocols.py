@@ -131,7 +131,11 @@ class Metric(Protocol):
     """
 
     def applies(self, reference: np.ndarray, context: MetricContext) -> bool:
-        """Whether this metric makes sense for this output by default (``context.output`` names it)."""
+        """Whether this metric makes sense for this output (``context.output`` names it).
+
+        Metrics whose spec says ``default=True`` are used on every output they
+        apply to when the user names none.
+        """
         ...
 
     def compute(self, reference: np.ndarray, candidate: np.ndarray, context: MetricContext) -> float:

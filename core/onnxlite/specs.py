@@ -154,13 +154,15 @@ class MetricSpec(Spec):
     """A way to score a candidate's outputs against the reference's.
 
     ``higher_is_better`` orients the score; ``lighten`` and ``--max-drop``
-    measure a drop as the loss in that direction.  The factory returns a
-    :class:`~onnxlite.protocols.Metric`.
+    measure a drop as the loss in that direction.  ``default``: used without
+    ``--metric`` on every output it applies to (False: only when named).  The
+    factory returns a :class:`~onnxlite.protocols.Metric`.
     """
 
     kind: ClassVar[str] = "metric"
 
     higher_is_better: bool = True
+    default: bool = True
 
 
 SPEC_TYPES: dict[str, type[Spec]] = {
