@@ -97,14 +97,18 @@ class Verification:
 
 
 def describe_feeds(feeds: Mapping[str, np.ndarray]) -> str:
-    """A short label for a feed set, e.g. ``batch=2 seq=8``."""
+    """A short label for a feed set: ``batch=2 seq=8`` for token inputs, else ``batch=2 shape=[2, 3, 16, 16]``."""
+    import numpy as np
+
     first = next(iter(feeds.values()), None)
     if first is None:
         return "empty"
-    shape = getattr(first, "shape", ())
-    if len(shape) >= 2 and any(getattr(a, "ndim", 0) >= 2 for a in feeds.values()):
-        return f"batch={shape[0]} seq={shape[1]}" if len(shape) == 2 else f"batch={shape[0]} shape={list(shape)}"
-    return f"batch={shape[0]}" if shape else "scalar"
+    shape = tuple(np.shape(first))
+    if not shape:
+        return "scalar"
+    if len(shape) == 2 and np.issubdtype(np.asarray(first).dtype, np.integer):
+        return f"batch={shape[0]} seq={shape[1]}"
+    return f"batch={shape[0]} shape={list(shape)}"
 
 
 def compare_outputs(reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], feed_set: str,
