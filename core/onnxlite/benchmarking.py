@@ -133,10 +133,11 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
           progress: Progress | None = None) -> BenchResult:
     """Benchmark ``models`` interleaved, each in its own worker process.
 
-    Inputs come from ``feeds`` (used for every model, as is), else from
-    ``data`` (anything :func:`onnxlite.data.load_data` reads, with
-    ``data_options``; up to 32 complete batches of ``batch`` samples, cycled), else generated from each model's input specs
-    (``batch`` rows, ``seq_len`` on the other dynamic axes, padded rows).
+    Inputs come from ``feeds`` (one batch, used for every model as is),
+    else from ``data`` (anything :func:`onnxlite.data.load_data` reads, with
+    ``data_options``; up to 32 complete batches of ``batch`` samples, cycled),
+    else they are generated from each model's input specs (``batch`` rows,
+    ``seq_len`` on the other dynamic axes, later rows padded).
     ``seconds`` replaces ``runs``: each model is measured for about that
     much running time.  ``progress(fraction, text)`` is called at each step and as turns finish.
     """
@@ -290,15 +291,14 @@ def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, prog
             estimates.append(lat[len(lat) // 2] / 1e3)
         else:
             estimates.append(None)
-    per_turn = []
-    for estimate in estimates:
+
+    def turn_size(estimate: float | None) -> int:
         if runs_per_turn:
-            per_turn.append(runs_per_turn)
-            continue
+            return runs_per_turn
         n = max(1, round(TURN_SECONDS / estimate)) if estimate else 1
-        if not seconds:
-            n = min(n, max(1, math.ceil(runs / MIN_TURNS)))
-        per_turn.append(n)
+        return n if seconds else min(n, max(1, math.ceil(runs / MIN_TURNS)))
+
+    per_turn = [turn_size(e) for e in estimates]
     done = [0] * len(rows)
     spent = [0.0] * len(rows)
 
@@ -323,6 +323,8 @@ def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, prog
                 _fail(row, worker, reply["error"])
                 continue
             row.latencies_ms.extend(reply["latencies_ms"])
+            # Keep sizing turns from the latest one (the warm-up's estimate may be missing or from cold runs).
+            per_turn[i] = turn_size(sorted(reply["latencies_ms"])[n // 2] / 1e3)
             done[i] += n
             spent[i] += sum(reply["latencies_ms"])
             schedule.append((i, n))
