@@ -108,7 +108,11 @@ class DynamicQuantizer:
         if not targets:
             context.warn(f"the model has no {'/'.join(op_types)} nodes: nothing to quantize "
                          f"(it has {', '.join(sorted({n.op_type for n in proto.graph.node})[:12])})")
-        run_quantize_dynamic(model, output, options, exclude, uses_external_data(proto))
+        # onnxruntime splits each Gemm into "<name>_MatMul" + "<name>_Add" before it checks the exclusion list,
+        # so an excluded Gemm must be listed under its MatMul's new name too (onnxruntime 1.32).
+        gemms = {n.name for n in targets if n.op_type == "Gemm"}
+        run_quantize_dynamic(model, output, options, exclude + [f"{n}_MatMul" for n in exclude if n in gemms],
+                             uses_external_data(proto))
         scheme = "per-channel" if options["per_channel"] else "per-tensor"
         notes = [f"{scheme} {options['weight_type']} weights on {', '.join(op_types)}"
                  + (", 7-bit range" if options["reduce_range"] else "")]
