@@ -1,0 +1,142 @@
+"""dynamic and transformer strategies on a random-init tiny BERT exported in the test.
+
+The export is checked against PyTorch first; every quantized model is then
+compared with the fp32 ONNX model on padded batches (cosine over real tokens).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import onnxlite
+from onnxlite.graph_family import model_family
+from onnxlite.quantizing import applicable_strategies
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
+VOCAB = 200
+
+
+def padded_feeds(batch: int, seq: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, VOCAB, (batch, seq)).astype(np.int64)
+    mask = np.ones((batch, seq), np.int64)
+    for row in range(1, batch):
+        length = max(2, seq - 3 * row)
+        mask[row, length:] = 0
+        ids[row, length:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
+def run(path, feeds) -> np.ndarray:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def token_cosine(ref: np.ndarray, got: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    cos = (ref * got).sum(-1) / (np.linalg.norm(ref, axis=-1) * np.linalg.norm(got, axis=-1))
+    return cos[mask.astype(bool)]
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    """Tiny random BERT exported with the TorchScript exporter, dynamic batch and sequence axes."""
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=64, attn_implementation="eager",
+                                     initializer_range=0.1)
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    with torch.no_grad():
+        # Trained networks have output channels of very different ranges (which is why per-channel
+        # scales matter); a fresh init does not, so give each Linear's rows uneven magnitudes.
+        for module in model.encoder.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.mul_(torch.exp(torch.randn(module.weight.shape[0], 1)))
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    # eval() on the wrapper itself: the exporter restores the wrapper's mode afterwards, recursively.
+    wrapper = Wrapper(model).eval()
+    path = tmp_path_factory.mktemp("bert") / "bert.onnx"
+    sample = {k: torch.from_numpy(v) for k, v in padded_feeds(2, 8, 0).items()}
+    torch.onnx.export(wrapper, tuple(sample[k] for k in INPUTS), str(path), input_names=INPUTS,
+                      output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                      dynamic_axes={k: {0: "batch", 1: "seq"} for k in [*INPUTS, "last_hidden_state"]})
+    feeds = padded_feeds(3, 12, 1)  # other batch and length than the export sample, with padding
+    with torch.no_grad():
+        expected = wrapper(*(torch.from_numpy(feeds[k]) for k in INPUTS)).numpy()
+    np.testing.assert_allclose(run(path, feeds), expected, atol=1e-4, rtol=1e-3)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(bert):
+    feeds = padded_feeds(3, 12, 1)
+    return feeds, run(bert, feeds)
+
+
+def test_bert_is_a_transformer(bert):
+    assert "transformer" in model_family(bert)
+    assert {"dynamic", "transformer", "int4"} <= {r.name for r in applicable_strategies(bert)}
+
+
+def test_dynamic_per_channel_default_is_close_and_not_worse_than_per_tensor(bert, reference, tmp_path):
+    feeds, ref = reference
+    per_channel = onnxlite.quantize(bert, tmp_path / "pc.onnx")
+    per_tensor = onnxlite.quantize(bert, tmp_path / "pt.onnx", per_channel=False)
+    assert per_channel.options["per_channel"] is True
+    assert per_channel.size_after < per_channel.size_before
+    assert per_channel.quantized_ops.get("MatMulInteger", 0) >= 12  # 6 weight MatMuls per layer
+    cos_pc = token_cosine(ref, run(per_channel.path, feeds), feeds["attention_mask"])
+    cos_pt = token_cosine(ref, run(per_tensor.path, feeds), feeds["attention_mask"])
+    assert cos_pc.mean() > 0.98
+    assert cos_pc.mean() >= cos_pt.mean()
+    err_pc = np.abs(run(per_channel.path, feeds) - ref)[feeds["attention_mask"].astype(bool)].mean()
+    err_pt = np.abs(run(per_tensor.path, feeds) - ref)[feeds["attention_mask"].astype(bool)].mean()
+    assert err_pc <= err_pt
+
+
+def test_transformer_fuses_then_quantizes(bert, reference, tmp_path):
+    feeds, ref = reference
+    result = onnxlite.quantize(bert, tmp_path / "t.onnx", strategy="transformer")
+    ops = {n.op_type for n in onnx.load(str(result.path)).graph.node}
+    assert {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization"} <= ops
+    fusions = result.details["fusions"]
+    assert fusions["Attention"] == 2 and fusions["SkipLayerNormalization"] >= 2
+    assert result.details["num_heads"] == 4 and result.details["hidden_size"] == 64  # found in the graph
+    assert result.quantized_ops.get("MatMulInteger", 0) > 0
+    assert result.size_after < result.size_before
+    cos = token_cosine(ref, run(result.path, feeds), feeds["attention_mask"])
+    assert cos.mean() > 0.98 and cos.min() > 0.9
+    one = {k: v[:1] for k, v in feeds.items()}  # batch 1 through the same fused graph
+    assert token_cosine(ref[:1], run(result.path, one), one["attention_mask"]).mean() > 0.98
+
+
+def test_transformer_settings_from_export_metadata_and_fusion_only(bert, reference, tmp_path):
+    feeds, ref = reference
+    model = onnx.load(str(bert))
+    entry = model.metadata_props.add()
+    entry.key = "onnxlite.transformers_config"
+    entry.value = json.dumps({"model_type": "bert", "num_attention_heads": 4, "hidden_size": 64, "vocab_size": VOCAB})
+    tagged = tmp_path / "tagged.onnx"
+    onnx.save(model, str(tagged))
+    result = onnxlite.quantize(tagged, tmp_path / "f.onnx", strategy="transformer", quantize=False)
+    assert any("num_heads=4 (export metadata)" in n for n in result.notes)
+    assert result.quantized_ops == {}
+    assert result.details["fusions"]["Attention"] == 2
+    np.testing.assert_allclose(run(result.path, feeds), ref, atol=1e-3, rtol=1e-3)  # fusion alone is exact-ish
+    with pytest.raises(onnxlite.UsageError, match="model_type=roberta_xl: onnxruntime's optimizer knows"):
+        onnxlite.quantize(bert, tmp_path / "x.onnx", strategy="transformer", model_type="roberta_xl")
