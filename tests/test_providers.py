@@ -153,3 +153,13 @@ def test_list_plugins_reports_provider_availability():
     assert rows["cpu"]["available"] is True
     assert rows["cuda"]["available"] is False and "onnxruntime-gpu" in rows["cuda"]["reason"]
     assert {"device_id", "gpu_mem_limit"} <= {o["name"] for o in rows["cuda"]["options"]}
+
+
+def test_compare_reports_fallback_per_candidate(models):
+    import onnxlite
+
+    result = onnxlite.compare(models["fp32"], [models["int8"]], placement=True, samples=4, batch_size=2)
+    candidate = result.candidates[0]
+    assert candidate.format == "qoperator"
+    assert candidate.cpu_fallback == {}  # asked for the CPU: nothing fell back
+    assert result.to_dict()["candidates"][0]["cpu_fallback"] == {}
