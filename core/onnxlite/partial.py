@@ -1,0 +1,135 @@
+"""Partial quantization: which nodes cost the most accuracy, so ``lighten`` can keep them in float.
+
+The ranking matches activations, as onnxruntime's ``qdq_loss_debug`` does for
+QDQ models, but works for any strategy that keeps tensor names: every weighted
+node's output is exposed in the float model and in the quantized one, both
+run on the same held-out inputs, and a node's score is the relative error it
+*adds* (its output's error minus the worst error among its inputs), so error
+inherited from upstream layers is not blamed on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+#: operators that carry weights and that quantizers replace or wrap
+WEIGHTED_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Attention", "EmbedLayerNormalization", "Gather"})
+
+
+@dataclass(frozen=True)
+class NodeError:
+    node: str
+    op_type: str
+    output_error: float
+    added_error: float
+
+
+def _expose(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    import onnx
+    from onnx import helper
+
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    present = {o.name for o in exposed.graph.output}
+    for name in names:
+        if name not in present:
+            exposed.graph.output.append(helper.make_empty_tensor_value_info(name))
+    return exposed
+
+
+def _run(model: onnx.ModelProto, names: Sequence[str], feeds_list: Sequence[Mapping[str, np.ndarray]],
+         threads: int | None) -> dict[str, list[np.ndarray]]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    # Optimizations could fuse away the tensors we want to read.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(_expose(model, names).SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    inputs = [i.name for i in session.get_inputs()]
+    values: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for feeds in feeds_list:
+        outputs = session.run(list(names), {k: feeds[k] for k in inputs})
+        for name, value in zip(names, outputs):
+            values[name].append(value)
+    return values
+
+
+def _relative_error(reference: list[np.ndarray], candidate: list[np.ndarray]) -> float:
+    import numpy as np
+
+    num = sum(float(np.sum((r.astype(np.float64) - c.astype(np.float64)) ** 2)) for r, c in zip(reference, candidate))
+    den = sum(float(np.sum(r.astype(np.float64) ** 2)) for r in reference)
+    return (num / den) ** 0.5 if den > 0 else 0.0
+
+
+def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.PathLike[str],
+               feeds_list: Sequence[Mapping[str, np.ndarray]], threads: int | None = None) -> list[NodeError]:
+    """Weighted nodes of ``float_model``, worst first, by the error they add in ``quantized_model``."""
+    import numpy as np
+    import onnx
+
+    float_proto = onnx.load(str(float_model))
+    quant_proto = onnx.load(str(quantized_model))
+    initializers = {i.name for i in float_proto.graph.initializer}
+    produced_in_quant = {o for n in quant_proto.graph.node for o in n.output} | {i.name for i in quant_proto.graph.input}
+    float_types = {}
+    for value in list(float_proto.graph.value_info) + list(float_proto.graph.output) + list(float_proto.graph.input):
+        float_types[value.name] = value.type.tensor_type.elem_type
+
+    nodes = []
+    for node in float_proto.graph.node:
+        if node.op_type not in WEIGHTED_OPS or not node.name or not node.output:
+            continue
+        if not any(i in initializers for i in node.input):
+            continue
+        out = node.output[0]
+        if out not in produced_in_quant:
+            continue
+        activations = [i for i in node.input if i and i not in initializers and i in produced_in_quant]
+        nodes.append((node, out, activations))
+    if not nodes:
+        return []
+    names = list(dict.fromkeys([out for _, out, _ in nodes] + [a for _, _, acts in nodes for a in acts]))
+    # Integer tensors (ids, shapes) carry no rounding error worth ranking.
+    names = [n for n in names if float_types.get(n, onnx.TensorProto.FLOAT) in (onnx.TensorProto.FLOAT,
+                                                                                  onnx.TensorProto.FLOAT16)]
+    reference = _run(float_proto, names, feeds_list, threads)
+    candidate = _run(quant_proto, names, feeds_list, threads)
+    errors = {n: _relative_error(reference[n], candidate[n]) for n in names}
+    ranked = []
+    for node, out, activations in nodes:
+        if out not in errors:
+            continue
+        inherited = max((errors.get(a, 0.0) for a in activations), default=0.0)
+        ranked.append(NodeError(node.name, node.op_type, errors[out], errors[out] - inherited))
+    ranked.sort(key=lambda e: (-e.added_error, -e.output_error))
+    return [e for e in ranked if np.isfinite(e.added_error)]
+
+
+def exclusion_steps(count: int, limit: int | None = None) -> list[int]:
+    """How many of the worst nodes to keep in float at each step: 1, 2, 4, 8, ... up to ``count``."""
+    steps, k = [], 1
+    top = min(count, limit or count)
+    while k < top:
+        steps.append(k)
+        k *= 2
+    if top:
+        steps.append(top)
+    return steps
+
+
+def feeds_for_ranking(feeds: Mapping[str, np.ndarray], batch: int = 16, max_batches: int = 4) -> list[dict]:
+    total = next(iter(feeds.values())).shape[0]
+    return [{k: v[i:i + batch] for k, v in feeds.items()} for i in range(0, min(total, batch * max_batches), batch)]
+
