@@ -119,7 +119,8 @@ def unsupported_operators(exc: BaseException) -> list[str]:
         exc = exc.__cause__ or exc.__context__
     found: list[str] = []
     for name in _OP_RE.findall("\n".join(texts)):
-        if name not in found and name.replace(".", "::") not in found:
+        name = name.replace("aten.", "aten::", 1)  # dynamo says aten.histc, torchscript aten::histc
+        if name not in found:
             found.append(name)
     return found
 
