@@ -56,7 +56,7 @@ def build_mlp():
 
     keras.utils.set_random_seed(1)
     return keras.Sequential([keras.Input((6,), name="pixels"), keras.layers.Dense(5, activation="relu"),
-                             keras.layers.Dense(3, activation="softmax")])
+                             keras.layers.Dense(3, activation="softmax", name="probabilities")])
 '''
 
 
@@ -198,7 +198,8 @@ def test_tf_function_with_dict_outputs_and_host_loaded_object(sources, exporter,
 def test_keras_factory_reference(sources, exporter, tmp_path):
     model = exporter.load(f"{sources / 'functions.py'}:build_mlp", {})
     assert [str(s) for s in model.input_specs()] == ["pixels:float32[batch,6]"]
-    _export_and_check(model, tmp_path)
+    _, _, session = _export_and_check(model, tmp_path)
+    assert [o.name for o in session.get_outputs()] == ["probabilities"]  # the last layer's name
 
 
 def test_function_without_signature_needs_inputs(sources, exporter, tmp_path):

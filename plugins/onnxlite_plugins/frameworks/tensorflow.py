@@ -160,7 +160,9 @@ def _keras_source(model: Any, source: str, kind: str) -> TensorFlowSource:
     try:
         output_names = list(model.output_names or [])
     except AttributeError:
-        output_names = []
+        # Sequential has no output_names; Keras names a functional model's outputs after their layers.
+        layers = getattr(model, "layers", None) or []
+        output_names = [layers[-1].name] if layers and len(getattr(model, "outputs", None) or []) == 1 else []
     single = len(inputs) <= 1
 
     def call(feeds: Mapping[str, Any]) -> Any:
