@@ -298,3 +298,39 @@ def test_cli_corrupt_keras_is_a_usage_error(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: ") and "broken.keras" in lines[0]
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_saved_model_with_wrong_input_names_is_a_usage_error(sources, exporter, tmp_path):
+    model = exporter.load(str(sources / "text_savedmodel"), {})
+    specs = [InputSpec("ids", "int32", ("batch", "seq")), InputSpec("mask", "int32", ("batch", "seq"))]
+    with pytest.raises(UsageError, match="do not match.*attention_mask"):
+        model.export(tmp_path / "wrong.onnx", specs, {}, OPSET, {})
+
+
+def test_int64_feeds_reach_an_int32_model(sources, exporter):
+    model = exporter.load(str(sources / "text.keras"), {})
+    feeds = make_feeds(model.input_specs(), batch=2, seq=5)
+    wide = {name: array.astype("int64") for name, array in feeds.items()}
+    np.testing.assert_array_equal(model.run(wide)["logits"], model.run(feeds)["logits"])
+
+
+def test_keras_mlp_example_trains_and_exports(tmp_path):
+    """examples/keras_mlp/train.py works, and its ONNX export classifies the held-out digits as Keras does."""
+    import onnxruntime as ort
+
+    import onnxlite
+    from conftest import ROOT
+    from onnxlite.pyref import load_python_ref
+    from onnxlite.sources import load_source
+
+    out = load_python_ref(str(ROOT / "examples" / "keras_mlp" / "train.py") + ":main")(str(tmp_path))
+    data = np.load(out / "digits_test.npz")
+    result = onnxlite.export(str(out / "digits_mlp.keras"), str(tmp_path / "digits.onnx"),
+                             samples=str(out / "digits_test.npz"))
+    assert result.verification.passed
+    session = ort.InferenceSession(str(tmp_path / "digits.onnx"), providers=["CPUExecutionProvider"])
+    onnx_pred = session.run(None, {"pixels": data["pixels"]})[0].argmax(axis=1)
+    keras_pred = load_source(str(out / "digits_mlp_savedmodel")).model.run(
+        {"pixels": data["pixels"]})["output_0"].argmax(axis=1)
+    np.testing.assert_array_equal(onnx_pred, keras_pred)
+    assert (onnx_pred == data["labels"]).mean() > 0.8  # it did learn

@@ -138,6 +138,9 @@ def _from_saved_model(path: Path, signature: str) -> TensorFlowSource:
     tf_specs = {key: spec for key, spec in kwargs.items()}
 
     def call(feeds: Mapping[str, Any]) -> Any:
+        if set(feeds) != set(tf_specs):
+            raise UsageError(f"{path}: inputs {', '.join(feeds)} do not match the {signature!r} signature's "
+                             f"inputs {', '.join(tf_specs)}")
         return concrete(**feeds)
 
     return TensorFlowSource(call, tf_specs, str(path), "saved-model",
@@ -287,11 +290,17 @@ class TensorFlowSource:
         return specs
 
     def run(self, feeds: Mapping[str, Any]) -> dict:
+        import numpy as np
+
         tf = _import_tf()
         tensors = {}
         for name, value in feeds.items():
             spec = (self._tf_specs or {}).get(name)
-            tensors[name] = tf.convert_to_tensor(value, dtype=spec.dtype if spec is not None else None)
+            array = np.asarray(value)
+            if spec is not None and array.dtype != spec.dtype.as_numpy_dtype:
+                # TF will not take int64 data for an int32 input: give it the dtype the model declares.
+                array = array.astype(spec.dtype.as_numpy_dtype)
+            tensors[name] = tf.convert_to_tensor(array)
         return {name: tensor.numpy() for name, tensor in self._named(self._call(tensors)).items()}
 
     def export(self, path: Path, inputs: Sequence[Any], sample: Mapping[str, Any], opset: int,
