@@ -22,6 +22,7 @@ QUANTIZED_OPS = frozenset({
     "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QGemm", "QAttention", "QOrderedAttention",
     "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulNBits", "DequantizeBFP", "QLinearSigmoid",
     "QLinearLeakyRelu", "QLinearConcat", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax",
+    "QEmbedLayerNormalization", "GatherBlockQuantized",
 })
 
 

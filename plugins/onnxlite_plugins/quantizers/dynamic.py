@@ -79,13 +79,14 @@ def uses_external_data(model: Any) -> bool:
     return any(uses(t) for t in _get_all_tensors(model))
 
 
-def common_options() -> tuple[Option, ...]:
+def common_options(op_types: tuple[str, ...] = DEFAULT_OP_TYPES) -> tuple[Option, ...]:
     """Options shared with the ``transformer`` strategy, which ends in the same int8 step."""
     return (
         Option("per_channel", bool, True, "One scale per output channel (keeps accuracy; per-tensor is coarser)."),
         Option("weight_type", str, "qint8", "Weight integer type.", choices=("qint8", "quint8")),
         Option("reduce_range", bool, False, "7-bit weights: avoids saturation on CPUs without VNNI, costs accuracy."),
-        Option("op_types", str, DEFAULT_OP_TYPES, "Operator types to quantize.", multiple=True),
+        Option("op_types", str, op_types, "Operator types to quantize (add Gather to store embedding tables "
+                                           "in int8: much smaller transformers).", multiple=True),
         Option("exclude", str, (), "Node names or glob patterns (e.g. '*classifier*') to keep in float.",
                multiple=True),
     )
@@ -133,6 +134,6 @@ def register_quantizers():
             applies_to=("transformer", "matmul"),
             needs_calibration=False,
             options=common_options(),
-            grid=({}, {"reduce_range": True}),
+            grid=({}, {"op_types": ("MatMul", "Gemm", "Gather")}, {"reduce_range": True}),
         )
     ]
