@@ -384,7 +384,13 @@ def _load_transformers(path: Path, source: str) -> TorchSource:
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
-            model = model_class.from_pretrained(str(path), config=config, local_files_only=True)
+            # Eager attention exports the MatMul/Softmax pattern onnxruntime's transformer optimizer fuses
+            # into Attention; the SDPA export (transformers' default) is left unfused.
+            try:
+                model = model_class.from_pretrained(str(path), config=config, local_files_only=True,
+                                                    attn_implementation="eager")
+            except (ValueError, TypeError):
+                model = model_class.from_pretrained(str(path), config=config, local_files_only=True)
     except Exception as exc:
         raise UsageError(f"{source}: transformers could not load the model from disk ({type(exc).__name__}: "
                          f"{' '.join(str(exc).split())[:200]})") from None
