@@ -45,3 +45,42 @@ def run_cli(*args: str, site: Path | None = None, env: dict[str, str] | None = N
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "onnxlite", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A randomly initialised BERT saved like a hub folder (config.json + weights), no download."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+
+    folder = tmp_path_factory.mktemp("tiny-bert") / "tiny-bert"
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=64)
+    transformers.BertModel(config).eval().save_pretrained(folder)
+    return folder
+
+
+MLP_SOURCE = '''
+import torch
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                       torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+model = MLP().eval()
+'''
+
+
+@pytest.fixture(scope="session")
+def mlp_ref(tmp_path_factory) -> str:
+    """A PyTorch MLP as a Python reference (file.py:model); its input is x:float32[batch,64]."""
+    path = tmp_path_factory.mktemp("mlp") / "mlp.py"
+    path.write_text(MLP_SOURCE)
+    return f"{path}:model"

@@ -1,0 +1,194 @@
+"""`onnxlite lighten` end to end on small real models."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import onnxlite
+from conftest import ROOT, make_plugin_dist, run_cli
+
+MLP_INPUT = "x:float32[batch,64]"
+
+
+def _scratch_left(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.endswith(".work") or ".old-" in p.name]
+
+
+@pytest.fixture(scope="module")
+def bert_result(tiny_bert, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lighten-bert") / "out"
+    return onnxlite.lighten(str(tiny_bert), out, max_drop="2%", runs=5)
+
+
+def test_transformer_search_finds_a_winner_within_budget(bert_result, tiny_bert):
+    import onnx
+
+    result = bert_result
+    primary = result.primary_metric
+    assert primary.endswith("pooled_cosine_mean"), primary  # token embeddings + attention mask
+    assert result.winner is not None, result.message
+    assert result.winner.drops[primary] <= result.budgets[primary]
+    strategies = {c.strategy for c in result.candidates}
+    assert {"dynamic", "transformer"} <= strategies
+    assert any(s["strategy"] == "static" and "calibration" in s["reason"] for s in result.skipped)
+    # Every candidate is accounted for: won, within budget, over budget or failed, with a reason.
+    for row in result.candidates:
+        assert row.status in {"winner", "ok", "rejected", "failed"}
+        assert row.status == "ok" or row.reason
+    files = {p.name for p in result.output_dir.iterdir()}
+    assert {"model.onnx", "recipe.toml", "report.html", "report.json", "report.md"} <= files
+    model = onnx.load(str(result.model_path))
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert meta["onnxlite.strategy"] == result.winner.strategy
+    report = json.loads((result.output_dir / "report.json").read_text())
+    assert {r["name"] for r in report["rows"]} == {"fp32"} | {c.name for c in result.candidates}
+    # An independent check of the winner against the PyTorch model, on fresh data.
+    check = onnxlite.compare(str(tiny_bert), result.model_path, max_drop="2%", seed=7)
+    assert check.passed, check.to_dict()
+
+
+def test_transformer_fusion_candidate_fuses(bert_result):
+    fused = [c for c in bert_result.candidates if c.strategy == "transformer" and c.status != "failed"]
+    assert fused, [(c.name, c.reason) for c in bert_result.candidates]
+    stats = fused[0].quantize.get("details", {})
+    assert json.dumps(stats).count("Attention") >= 1, stats
+
+
+def test_recipe_reproduces_the_choice(bert_result, tiny_bert, tmp_path):
+    import onnx
+
+    again = onnxlite.lighten(str(tiny_bert), tmp_path / "again", recipe=bert_result.recipe_path, runs=3)
+    assert again.winner is not None
+    assert (again.winner.strategy, again.winner.options) == (bert_result.winner.strategy, bert_result.winner.options)
+    assert len(again.candidates) == 1
+    ops = [sorted(n.op_type for n in onnx.load(str(p)).graph.node) for p in (bert_result.model_path, again.model_path)]
+    assert ops[0] == ops[1]
+
+
+def test_digits_cnn_keeps_accuracy_with_static_quantization(tmp_path):
+    import onnxruntime as ort
+    import torch
+
+    sys.path.insert(0, str(ROOT / "examples" / "digits_cnn"))
+    try:
+        import digits_cnn
+    finally:
+        sys.path.pop(0)
+    paths = digits_cnn.prepare(tmp_path / "work")
+    result = onnxlite.lighten(str(paths["weights"]), tmp_path / "out",
+                              model_class=f"{ROOT / 'examples/digits_cnn/digits_cnn.py'}:DigitsNet",
+                              inputs=["pixels:float32[batch,1,8,8]"], data=paths["heldout"],
+                              calibration=paths["calibration"], metric="accuracy", max_drop="1%", runs=5)
+    assert result.winner is not None, result.message
+    assert result.winner.strategy == "static"
+    assert result.winner.size_bytes * 2 < result.baseline.size_bytes
+
+    held = np.load(paths["heldout"])
+    net = digits_cnn.DigitsNet()
+    net.load_state_dict(torch.load(paths["weights"], weights_only=True))
+    with torch.no_grad():
+        torch_acc = float((net.eval()(torch.from_numpy(held["pixels"])).argmax(1).numpy() == held["labels"]).mean())
+    session = ort.InferenceSession(str(result.model_path), providers=["CPUExecutionProvider"])
+    onnx_acc = float((session.run(None, {"pixels": held["pixels"]})[0].argmax(1) == held["labels"]).mean())
+    assert onnx_acc >= torch_acc - 0.01, (onnx_acc, torch_acc)
+
+
+def test_budget_unmet_keeps_the_worst_nodes_in_float(mlp_ref, tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("lighten", mlp_ref, "--input", MLP_INPUT, "-o", str(out), "--strategies", "dynamic",
+                   "--metric", "cosine_min", "--max-drop", "1e-9", "--runs", "3", "--json")
+    payload = json.loads(proc.stdout)
+    partial = payload["partial"]
+    assert partial["tried"] and partial["steps"], partial
+    ranked = [r["node"] for r in partial["ranking"]]
+    kept = [c for c in payload["candidates"] if c["keep_float"]]
+    assert kept and kept[0]["keep_float"] == ranked[:len(kept[0]["keep_float"])]
+    assert set(kept[0]["keep_float"]) <= set(kept[0]["quantize"]["excluded_nodes"])
+    # Nothing can meet a budget this tight: said plainly, exit 1, report written, no model.
+    assert payload["winner"] is None and "nothing qualifies" in payload["message"]
+    assert proc.returncode == 1
+    assert (out / "report.html").exists() and not (out / "model.onnx").exists()
+    assert "Partial quantization" in (out / "report.md").read_text()
+
+
+CRASHER = '''
+import os
+from onnxlite import hookimpl, QuantizerSpec
+
+class Crasher:
+    def quantize(self, model, output, options, context):
+        os.abort()  # dies the way a native crash inside onnxruntime would
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="crasher", description="aborts the process", factory=Crasher)]
+'''
+
+
+def test_a_crashing_third_party_candidate_is_contained(mlp_ref, tmp_path, fresh_plugins):
+    site = make_plugin_dist(tmp_path / "site", "acme-crasher", "0.1", "acme_crasher", CRASHER)
+    fresh_plugins.syspath_prepend(str(site))
+    result = onnxlite.lighten(mlp_ref, tmp_path / "out", inputs=[MLP_INPUT], strategies=["crasher", "dynamic"],
+                              max_drop="5%", runs=3)
+    rows = {c.name: c for c in result.candidates}
+    assert rows["crasher"].status == "failed"
+    assert "crashed (SIGABRT)" in rows["crasher"].reason
+    assert result.winner is not None and result.winner.strategy == "dynamic"
+
+
+def test_existing_outdir_is_left_alone_without_force(mlp_ref, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    refused = run_cli("lighten", mlp_ref, "--input", MLP_INPUT, "-o", str(out), "--strategies", "dynamic")
+    assert refused.returncode == 2
+    assert "--force" in refused.stderr and "Traceback" not in refused.stderr
+    assert (out / "keep.txt").read_text() == "mine"
+    forced = run_cli("lighten", mlp_ref, "--input", MLP_INPUT, "-o", str(out), "--strategies", "dynamic",
+                     "--max-drop", "5%", "--runs", "3", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert not (out / "keep.txt").exists() and (out / "model.onnx").exists()
+    assert _scratch_left(tmp_path) == []
+
+
+def test_bad_data_is_one_line_and_leaves_nothing(mlp_ref, tmp_path):
+    data = tmp_path / "bad.npz"
+    np.savez(data, inputs=np.zeros((8, 64), np.float32))
+    out = tmp_path / "out"
+    proc = run_cli("lighten", mlp_ref, "--input", MLP_INPUT, "-o", str(out), "--data", str(data))
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "'x'" in errors[0], proc.stderr
+    assert not out.exists() and _scratch_left(tmp_path) == []
+
+
+def test_interrupt_leaves_the_previous_outdir_intact(mlp_ref, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("previous run")
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "onnxlite", "lighten", mlp_ref, "--input", MLP_INPUT, "-o",
+                             str(out), "--force", "--runs", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any((tmp_path / name).is_dir() and (tmp_path / name / "tasks").exists()
+               for name in os.listdir(tmp_path) if name.endswith(".work")):
+            break  # candidates are being quantized
+        time.sleep(0.1)
+    assert proc.poll() is None, "lighten finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert (out / "keep.txt").read_text() == "previous run"
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert _scratch_left(tmp_path) == []
