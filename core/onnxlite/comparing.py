@@ -454,7 +454,9 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
         result = judge.evaluate(path, name)
         _add_placement(result, path, settings, judge, check_placement)
         results.append(result)
-    ref_size = model_size(judge.reference_path) if judge.reference_path and Path(judge.reference_path).is_file() else None
+    # Only an ONNX reference has an ONNX size; a .keras/.pt file is not a ModelProto.
+    ref_size = (model_size(judge.reference_path) if judge.framework == "onnx" and judge.reference_path
+                and Path(judge.reference_path).is_file() else None)
     return CompareResult(reference=str(reference) if isinstance(reference, (str, os.PathLike)) else judge.reference_name,
                          framework=judge.framework, primary_metric=judge.primary,
                          reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
