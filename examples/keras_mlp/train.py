@@ -7,6 +7,8 @@ Writes, in a few seconds on a laptop CPU:
 * ``digits_mlp.keras``  - the Keras model (input ``pixels:float32[batch,64]``, output ``probabilities``)
 * ``digits_mlp_savedmodel/`` - the same model as a SavedModel (``model.export``)
 * ``digits_test.npz``   - held-out samples (``pixels``) and their ``labels``, for ``--samples``/``--data``
+* ``digits_calibration.npz`` - training images (``pixels`` only) for ``--calibration``, so that every
+  held-out sample judges instead of part of them calibrating
 
 The data ship with scikit-learn, so nothing is downloaded.
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # also silences its start-up banner
+
+CALIBRATION_SAMPLES = 256
 
 
 def main(folder: str | None = None) -> Path:
@@ -52,8 +56,10 @@ def main(folder: str | None = None) -> Path:
     model.save(out / "digits_mlp.keras")
     model.export(out / "digits_mlp_savedmodel", verbose=False)
     np.savez(out / "digits_test.npz", pixels=x_test, labels=y_test)
+    # Calibration comes from the training split: static quantization must not see the images it is judged on.
+    np.savez(out / "digits_calibration.npz", pixels=x_train[:CALIBRATION_SAMPLES])
     print(f"test accuracy {accuracy:.3f}; wrote {out / 'digits_mlp.keras'}, {out / 'digits_mlp_savedmodel'}, "
-          f"{out / 'digits_test.npz'}")
+          f"{out / 'digits_test.npz'}, {out / 'digits_calibration.npz'}")
     return out
 
 
