@@ -20,6 +20,10 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp creates files readable by the owner only; give the result the usual umask permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, target)
     finally:
         tmp_path.unlink(missing_ok=True)

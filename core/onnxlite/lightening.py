@@ -51,8 +51,9 @@ class CandidateRow:
     strategy: str
     options: dict[str, Any]
     keep_float: list[str] = field(default_factory=list)
-    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected (over budget) | failed
+    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | failed
     reason: str = ""
+    over_budget: bool = False
     size_bytes: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     drops: dict[str, float] = field(default_factory=dict)
@@ -169,11 +170,19 @@ def _write_calibration(dataset: Any, target: Path) -> Path:
 
 # -- picking --------------------------------------------------------------------------------------------------
 
-def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency") -> CandidateRow | None:
-    """Fastest within budget (p50 ties within 3% go to the smaller), or smallest with ``objective="size"``."""
+def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
+                baseline_p50: float | None = None) -> CandidateRow | None:
+    """Fastest within budget (p50 ties within 3% go to the smaller), or smallest with ``objective="size"``.
+
+    When no candidate beats the float model's latency (``baseline_p50``) by more than the
+    tie margin, speed cannot decide and the smallest one wins.
+    """
     eligible = [r for r in rows if r.status in {"ok", "winner"} and r.latency_ms]
     if not eligible:
         return None
+    fastest = min(r.p50 for r in eligible)
+    if objective == "latency" and baseline_p50 and fastest > baseline_p50 * (1 - LATENCY_TIE):
+        objective = "size"
     if objective == "size":
         smallest = min(r.size_bytes or 0 for r in eligible)
         tied = [r for r in eligible if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
@@ -191,6 +200,7 @@ def _row(result: TaskResult) -> CandidateRow:
         row.status, row.reason = "failed", result.error
     elif result.passed is False:
         row.status, row.reason = "rejected", "over budget: " + "; ".join(result.failures)
+        row.over_budget = True
     return row
 
 
@@ -271,6 +281,7 @@ class _Search:
         self.skipped: list[Skipped] = []
         self.candidates: list[Candidate] = []
         self.partial: dict[str, Any] | None = None
+        self.notes: list[str] = []
 
     # 1. export
     def export(self, framework, inputs, model_class, opset, exporter) -> None:
@@ -367,6 +378,10 @@ class _Search:
         for result in run_tasks(tasks, self.work / "tasks", workers,
                                 on_start=lambda t: self.emit("candidate_start", {"name": t["candidate"]["name"]})):
             row = _row(result)
+            if row.status == "ok" and row.size_bytes and self.baseline.size_bytes and \
+                    row.size_bytes > self.baseline.size_bytes * MIN_SHRINK:
+                row.status = "rejected"
+                row.reason = f"within budget but not lighter: {row.size_bytes / self.baseline.size_bytes:.2f}x the float size"
             new.append(row)
             self.emit("candidate_done", {"name": row.name, "status": row.status, "reason": row.reason,
                                          "metrics": row.metrics, "primary": self.judge.primary})
@@ -383,12 +398,17 @@ class _Search:
 
         registry = get_registry()
         primary = self.judge.primary
-        usable = [r for r in self.rows if r.status == "rejected" and r.path and primary in r.drops
+        usable = [r for r in self.rows if r.over_budget and r.path and primary in r.drops
                   and exclude_option(registry.get("quantizer", r.strategy).spec)]
         if not usable:
             self.partial = {"tried": False, "reason": "no quantized candidate can keep nodes in float"}
             return
-        base_row = min(usable, key=lambda r: r.drops[primary])
+        # The base to repair: the lightest candidate that came reasonably close to the budget
+        # (within 3x of it), else simply the closest one.
+        budget = self.judge.budgets.get(primary) or 0.0
+        close = [r for r in usable if r.drops[primary] <= 3 * budget]
+        base_row = (min(close, key=lambda r: (r.size_bytes or 0, r.drops[primary])) if close
+                    else min(usable, key=lambda r: r.drops[primary]))
         spec = registry.get("quantizer", base_row.strategy).spec
         self.emit("stage", {"message": f"no candidate fits the budget; ranking nodes of {base_row.name} by the error they add"})
         ranked = rank_nodes(self.fp32, base_row.path, feeds_for_ranking(self.judge.feeds), self.settings.threads)
@@ -413,11 +433,6 @@ class _Search:
     def benchmark(self, batch: int | None, runs: int) -> None:
         from .benchmarking import bench
 
-        for row in self.rows:
-            if row.status == "ok" and row.size_bytes and self.baseline.size_bytes and \
-                    row.size_bytes > self.baseline.size_bytes * MIN_SHRINK:
-                row.status = "rejected"
-                row.reason = f"within budget but not lighter: {row.size_bytes / self.baseline.size_bytes:.2f}x the float size"
         survivors = [r for r in self.rows if r.status == "ok"]
         if not survivors:
             return
@@ -438,8 +453,10 @@ class _Search:
 
     # 6. pick and explain
     def finish(self, objective: str, out: Path, recipe: Any) -> LightenResult:
-        winner = pick_winner(self.rows, objective)
         base_p50 = self.baseline.p50
+        winner = pick_winner(self.rows, objective, base_p50 if self.baseline.latency_ms else None)
+        if winner is not None and objective == "latency" and winner.p50 > base_p50 * (1 - LATENCY_TIE):
+            self.notes.append("no candidate was measurably faster than fp32, so the smallest one within budget won")
         for row in self.rows:
             if row is winner:
                 row.status = "winner"
@@ -452,8 +469,9 @@ class _Search:
         if winner is not None:
             drop = winner.drops.get(primary, float("nan"))
             message = (f"winner: {winner.name}: {_ratio(self.baseline.size_bytes, winner.size_bytes)} smaller, "
-                       f"{_ratio(base_p50, winner.p50)} faster than fp32, {primary} drop {drop:.4g} "
+                       f"{_speed(base_p50, winner.p50)} fp32, {primary} drop {drop:.4g} "
                        f"(budget {self.judge.budgets.get(primary, float('nan')):.4g})")
+            message += "".join(f"; {note}" for note in self.notes)
         else:
             message = ("nothing qualifies: no candidate stayed within the accuracy budget"
                        + (", even with the worst nodes kept in float" if self.partial and self.partial.get("tried") else "")
@@ -504,10 +522,18 @@ def _ratio(before: float | None, after: float | None) -> str:
     return f"{before / after:.2f}x"
 
 
+def _speed(before: float, after: float) -> str:
+    """``2.10x faster than`` or ``0.81x the speed of`` (never "0.81x faster")."""
+    if not before or not after or after == float("inf") or before == float("inf"):
+        return "? the speed of"
+    ratio = before / after
+    return f"{ratio:.2f}x faster than" if ratio >= 1 else f"{ratio:.2f}x the speed of"
+
+
 def _why_won(row: CandidateRow, baseline: CandidateRow, objective: str) -> str:
     what = "fastest" if objective == "latency" else "smallest"
     return (f"{what} within budget: {_ratio(baseline.size_bytes, row.size_bytes)} smaller and "
-            f"{_ratio(baseline.p50, row.p50)} faster than fp32")
+            f"{_speed(baseline.p50, row.p50)} fp32")
 
 
 def _report(result: LightenResult) -> Any:
@@ -519,7 +545,7 @@ def _report(result: LightenResult) -> Any:
         if row.keep_float:
             note = f"{note} [kept in float: {', '.join(row.keep_float[:6])}{'...' if len(row.keep_float) > 6 else ''}]"
         # Candidate files live in the scratch folder, which is gone by now; only the winner is kept.
-        path = "model.onnx" if row.status == "winner" else ""
+        path = "model.onnx" if row.status == "winner" else "(not kept)"
         rows.append(ModelRow(name=row.name, path=path, size_bytes=row.size_bytes, latency_ms=row.latency_ms,
                              throughput=row.throughput, load_seconds=row.load_seconds,
                              peak_rss_bytes=row.peak_rss_bytes, metrics=row.metrics, status=row.status, note=note))

@@ -73,6 +73,23 @@ def _relative_error(reference: list[np.ndarray], candidate: list[np.ndarray]) ->
     return (num / den) ** 0.5 if den > 0 else 0.0
 
 
+def _was_quantized(node: onnx.NodeProto, weights: Sequence[str], quant_nodes: Sequence[onnx.NodeProto],
+                   quant_initializers: set[str]) -> bool:
+    """Whether the quantizer rewrote ``node``, so that excluding it by name changes something.
+
+    Quantizers keep the name as a prefix of what they put in its place (``X_quant``,
+    ``X_MatMul_quant``) or keep the node and feed it dequantized weights (QDQ).
+    A node that was fused away into another operator cannot be excluded by name.
+    """
+    prefix = node.name + "_"
+    related = [q for q in quant_nodes if q.name == node.name or q.name.startswith(prefix)]
+    if not related:
+        return False
+    untouched = any(q.name == node.name and q.op_type == node.op_type
+                    and all(w in q.input and w in quant_initializers for w in weights) for q in related)
+    return not untouched
+
+
 def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.PathLike[str],
                feeds_list: Sequence[Mapping[str, np.ndarray]], threads: int | None = None) -> list[NodeError]:
     """Weighted nodes of ``float_model``, worst first, by the error they add in ``quantized_model``."""
@@ -87,11 +104,14 @@ def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.Pa
     for value in list(float_proto.graph.value_info) + list(float_proto.graph.output) + list(float_proto.graph.input):
         float_types[value.name] = value.type.tensor_type.elem_type
 
+    quant_initializers = {i.name for i in quant_proto.graph.initializer}
+    quant_nodes = list(quant_proto.graph.node)
     nodes = []
     for node in float_proto.graph.node:
         if node.op_type not in WEIGHTED_OPS or not node.name or not node.output:
             continue
-        if not any(i in initializers for i in node.input):
+        weights = [i for i in node.input if i in initializers]
+        if not weights or not _was_quantized(node, weights, quant_nodes, quant_initializers):
             continue
         out = node.output[0]
         if out not in produced_in_quant:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -98,8 +100,14 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
                         keep_float=list(candidate.get("keep_float", ())))
     started = time.perf_counter()
     try:
-        quantized = quantize(task["model"], task["output"], candidate["strategy"], calibration=task.get("calibration"),
-                             **candidate["options"])
+        output = Path(task["output"])
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{output.name}.", dir=output.parent) as private:
+            # onnxruntime's quantizers write scratch files beside their input (e.g. "<model>-inferred.onnx"),
+            # so tasks running at once on one shared file would trample each other: each gets its own link.
+            model = _private_copy(Path(task["model"]), Path(private))
+            quantized = quantize(model, output, candidate["strategy"], calibration=task.get("calibration"),
+                                 **candidate["options"])
         result.path = str(quantized.path)
         result.size_bytes = quantized.size_after
         result.quantize = {k: v for k, v in quantized.to_dict().items() if k not in {"path", "source"}}
@@ -112,6 +120,20 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
         result.status, result.error = "failed", f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
     result.seconds = round(time.perf_counter() - started, 2)
     return result
+
+
+def _private_copy(model: Path, folder: Path) -> Path:
+    """Hard-link (or copy) ``model`` and its external data into ``folder``."""
+    from .modelio import external_data_files
+
+    for path in [model, *external_data_files(model)]:
+        target = folder / path.relative_to(model.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+    return folder / model.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,7 +78,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metr
     else:
         out = console()
         out.print(_table(result))
-        out.print(result.message)
+        out.print(result.message, markup=False)
         if result.model_path:
             out.print(f"model:  {result.model_path}")
             out.print(f"recipe: {result.recipe_path}")
