@@ -170,12 +170,12 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
             for worker in workers:   # all start first so their imports overlap ...
                 worker.start()
             for worker, row in zip(workers, rows):   # ... and finish before any load time is taken
-                worker.request({"cmd": "ready", "settings": _settings_dict(settings)}, row.path)
+                worker.request({"cmd": "ready", "settings": settings.to_dict()}, row.path)
             for i, (worker, row) in enumerate(zip(workers, rows)):
                 if progress:
                     progress(0.0, f"loading {row.name}")
                 reply = worker.request({"cmd": "load", "model": row.path, "feeds": str(Path(tmp) / f"feeds{i}.npz"),
-                                        "settings": _settings_dict(settings)}, row.path)
+                                        "settings": settings.to_dict()}, row.path)
                 row.worker_pid, row.load_seconds = reply["pid"], reply["load_seconds"]
                 row.baseline_rss_bytes, row.providers = reply["baseline_rss_bytes"], reply["providers"]
             _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress)
@@ -250,12 +250,6 @@ def _write_feeds(target: Path, model: Path, batch: int, seq_len: int, seed: int,
         else:
             batches = [make_feeds(specs, batch=batch, seq=seq_len, seed=seed, pad=True)]
     np.savez(target, **{f"b{i}__{name}": array for i, chunk in enumerate(batches) for name, array in chunk.items()})
-
-
-def _settings_dict(settings: SessionSettings) -> dict[str, Any]:
-    data = asdict(settings)
-    data["provider_options"] = dict(settings.provider_options)
-    return data
 
 
 def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_feeds: bool) -> dict[str, Any]:

@@ -461,7 +461,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
                          framework=judge.framework, primary_metric=judge.primary,
                          reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
                          samples=judge.samples, data=judge.data_description,
-                         settings=_settings_dict(settings) | {"batch_size": judge.batch_size},
+                         settings=settings.to_dict() | {"batch_size": judge.batch_size},
                          reference_size_bytes=ref_size)
 
 
@@ -490,8 +490,3 @@ def _add_placement(result: CandidateResult, path: str, settings: SessionSettings
             result.notes.append(f"{len(fallback)} node(s) fell back to the CPU ({', '.join(ops[:8])}"
                                 f"{'...' if len(ops) > 8 else ''})")
 
-
-def _settings_dict(settings: SessionSettings) -> dict[str, Any]:
-    return {"provider": settings.provider, "threads": settings.threads,
-            "graph_optimization": settings.graph_optimization, "execution_mode": settings.execution_mode,
-            "provider_options": dict(settings.provider_options)}

@@ -355,10 +355,7 @@ class _Search:
         from .registry import get_registry
 
         spec = get_registry().get("quantizer", candidate.strategy).spec
-        settings = {"provider": self.settings.provider, "threads": self.settings.threads,
-                    "graph_optimization": self.settings.graph_optimization,
-                    "execution_mode": self.settings.execution_mode,
-                    "provider_options": dict(self.settings.provider_options)}
+        settings = self.settings.to_dict()
         return {"candidate": candidate.to_dict(), "model": str(self.fp32),
                 "output": str(self.work / "candidates" / f"candidate{index}.onnx"),
                 "calibration": str(self.calibration_file) if spec.needs_calibration and self.calibration_file else None,

@@ -32,6 +32,12 @@ class SessionSettings:
     provider_options: Mapping[str, Any] = field(default_factory=dict)
     log_severity: int = 3
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (for JSON, reports and other processes); ``SessionSettings(**d)`` rebuilds it."""
+        return {"provider": self.provider, "threads": self.threads, "graph_optimization": self.graph_optimization,
+                "execution_mode": self.execution_mode, "provider_options": dict(self.provider_options),
+                "log_severity": self.log_severity}
+
 
 def session_options(settings: SessionSettings) -> ort.SessionOptions:
     import onnxruntime as ort
