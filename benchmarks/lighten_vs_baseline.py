@@ -84,7 +84,8 @@ def run_lighten(source: str, out: Path, threads: int, batch: int, **kwargs: Any)
 
     def on_event(kind: str, info: Any) -> None:
         if kind in {"stage", "candidate_done", "done"}:
-            extra = f" {info.get('name')}: {info.get('status')} {info.get('reason') or ''}" if kind == "candidate_done" else ""
+            extra = (f" {info.get('name')}: {info.get('status')} {info.get('reason') or ''}"
+                     if kind == "candidate_done" else "")
             log(f"lighten {kind}: {info.get('message', '')}{extra}")
 
     started = time.perf_counter()
@@ -235,7 +236,8 @@ def bench_minilm(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
             "token_type_ids": {0: "batch", 1: "seq"}, "last_hidden_state": {0: "batch", 1: "seq"}}
     with torch.no_grad():
-        torch.onnx.export(by_keyword(model), sample, str(fp32), input_names=["input_ids", "attention_mask", "token_type_ids"],
+        torch.onnx.export(by_keyword(model), sample, str(fp32),
+                          input_names=["input_ids", "attention_mask", "token_type_ids"],
                           output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
     models["fp32 ONNX"] = fp32
     notes["fp32 ONNX"] = "torch.onnx.export, TorchScript exporter, opset 17"
