@@ -192,3 +192,25 @@ def test_interrupt_leaves_the_previous_outdir_intact(mlp_ref, tmp_path):
     assert (out / "keep.txt").read_text() == "previous run"
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     assert _scratch_left(tmp_path) == []
+
+
+def test_pick_winner_treats_noise_level_latency_differences_as_ties():
+    from onnxlite.lightening import CandidateRow, pick_winner
+
+    def row(name, size, p50, p90, status="ok"):
+        return CandidateRow(name=name, strategy=name, options={}, status=status, size_bytes=size,
+                            latency_ms={"p50": p50, "p90": p90, "p99": p90, "mean": p50})
+
+    big_fast = row("big", 56, 280.0, 282.0)
+    small = row("small", 22, 285.0, 287.0)
+    # Quiet machine: 1.8% apart is within 3%, so the smaller one wins.
+    assert pick_winner([big_fast, small]).name == "small"
+    # A clear 10% speed gain on a quiet machine wins over size.
+    assert pick_winner([big_fast, row("small", 22, 310.0, 312.0)]).name == "big"
+    # The same 10% on a machine whose runs spread by 15% is noise: the smaller one wins.
+    assert pick_winner([row("big", 56, 280.0, 322.0), row("small", 22, 310.0, 350.0)]).name == "small"
+    # Over-budget or failed candidates never win; objective=size ignores speed.
+    assert pick_winner([row("x", 1, 1.0, 1.0, status="rejected"), small]).name == "small"
+    assert pick_winner([big_fast, small], objective="size").name == "small"
+    # Nobody beats fp32: the smallest one within budget wins.
+    assert pick_winner([big_fast, small], baseline_p50=250.0).name == "small"

@@ -27,7 +27,11 @@ def test_minilm_example_lightens_within_budget(tmp_path):
     primary = result["primary_metric"]
     assert primary == "last_hidden_state.pooled_cosine_mean"
     assert winner["drops"][primary] <= 0.01
-    assert winner["size_bytes"] * 3 < result["baseline"]["size_bytes"]
+    assert winner["size_bytes"] < result["baseline"]["size_bytes"]
+    # Sizes and accuracy are deterministic (latency is not): a >=3.5x smaller candidate must be within budget.
+    within = [c for c in result["candidates"] if c["status"] in {"ok", "winner"}]
+    assert any(c["size_bytes"] * 3.5 <= result["baseline"]["size_bytes"] for c in within), \
+        [(c["name"], c["status"], c["size_bytes"]) for c in result["candidates"]]
     assert (out / "model.onnx").exists() and (out / "report.html").exists()
 
     # Check the winner against sentence-transformers' own pooled embeddings, independently of lighten.

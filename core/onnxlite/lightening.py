@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 Event = Callable[[str, Mapping[str, Any]], None]
 
-#: p50 latencies within this fraction count as a tie (then the smaller model wins)
+#: p50 latencies within this fraction (or the measured spread, if larger) tie; then the smaller model wins
 LATENCY_TIE = 0.03
 #: a candidate must be at most this fraction of the float model's size to count as lighter
 MIN_SHRINK = 0.95
@@ -180,16 +180,25 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
     eligible = [r for r in rows if r.status in {"ok", "winner"} and r.latency_ms]
     if not eligible:
         return None
-    fastest = min(r.p50 for r in eligible)
-    if objective == "latency" and baseline_p50 and fastest > baseline_p50 * (1 - LATENCY_TIE):
+    best = min(eligible, key=lambda r: r.p50)
+    margin = latency_margin(best)
+    if objective == "latency" and baseline_p50 and best.p50 > baseline_p50 * (1 - margin):
         objective = "size"
     if objective == "size":
         smallest = min(r.size_bytes or 0 for r in eligible)
         tied = [r for r in eligible if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
         return min(tied, key=lambda r: (r.p50, r.size_bytes or 0))
-    fastest = min(r.p50 for r in eligible)
-    tied = [r for r in eligible if r.p50 <= fastest * (1 + LATENCY_TIE)]
+    tied = [r for r in eligible if r.p50 <= best.p50 * (1 + margin)]
     return min(tied, key=lambda r: (r.size_bytes or 0, r.p50))
+
+
+def latency_margin(row: CandidateRow) -> float:
+    """How close two p50s must be to count as a tie: 3%, or the run-to-run spread of the
+    fastest model ((p90 - p50) / p50) when the machine is noisier than that."""
+    latency = row.latency_ms or {}
+    p50, p90 = latency.get("p50"), latency.get("p90")
+    spread = (p90 - p50) / p50 if p50 and p90 and p90 > p50 else 0.0
+    return max(LATENCY_TIE, min(spread, 0.25))
 
 
 def _row(result: TaskResult) -> CandidateRow:
@@ -452,7 +461,7 @@ class _Search:
     def finish(self, objective: str, out: Path, recipe: Any) -> LightenResult:
         base_p50 = self.baseline.p50
         winner = pick_winner(self.rows, objective, base_p50 if self.baseline.latency_ms else None)
-        if winner is not None and objective == "latency" and winner.p50 > base_p50 * (1 - LATENCY_TIE):
+        if winner is not None and objective == "latency" and winner.p50 > base_p50 * (1 - latency_margin(winner)):
             self.notes.append("no candidate was measurably faster than fp32, so the smallest one within budget won")
         for row in self.rows:
             if row is winner:
