@@ -463,10 +463,13 @@ class _Search:
         winner = pick_winner(self.rows, objective, base_p50 if self.baseline.latency_ms else None)
         if winner is not None and objective == "latency" and winner.p50 > base_p50 * (1 - latency_margin(winner)):
             self.notes.append("no candidate was measurably faster than fp32, so the smallest one within budget won")
+            basis = "size"
+        else:
+            basis = objective
         for row in self.rows:
             if row is winner:
                 row.status = "winner"
-                row.reason = _why_won(row, self.baseline, objective)
+                row.reason = _why_won(row, self.baseline, basis)
             elif row.status == "ok" and winner is not None:
                 slower = row.p50 / winner.p50 if winner.p50 else float("nan")
                 row.reason = (f"within budget, but {slower:.2f}x the winner's latency and "
