@@ -88,3 +88,19 @@ def make_two_in_two_out() -> nn.Module:
 
 
 not_a_model = [1, 2, 3]
+
+
+class LastHiddenState(nn.Module):
+    """A transformers encoder called with keyword inputs, returning only ``last_hidden_state``.
+
+    Tests that export a transformers model by hand with ``torch.onnx.export`` use it, because the
+    model's own ``forward`` takes more positional parameters than the three inputs.
+    """
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state

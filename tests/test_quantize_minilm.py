@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxlite
+from export_models import LastHiddenState
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +35,7 @@ def exported(tmp_path_factory):
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
     model = transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
 
-    class Wrapper(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
-
-    wrapper = Wrapper(model).eval()
+    wrapper = LastHiddenState(model).eval()
     encoded = tokenizer(SENTENCES, padding=True, return_tensors="np")
     feeds = {k: encoded[k].astype(np.int64) for k in NAMES}
     path = tmp_path_factory.mktemp("minilm") / "minilm.onnx"

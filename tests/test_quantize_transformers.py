@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxlite
+from export_models import LastHiddenState
 from onnxlite.graph_family import model_family
 from onnxlite.quantizing import applicable_strategies
 
@@ -59,17 +60,8 @@ def bert(tmp_path_factory):
             if isinstance(module, torch.nn.Linear):
                 module.weight.mul_(torch.exp(torch.randn(module.weight.shape[0], 1)))
 
-    class Wrapper(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
-
     # eval() on the wrapper itself: the exporter restores the wrapper's mode afterwards, recursively.
-    wrapper = Wrapper(model).eval()
+    wrapper = LastHiddenState(model).eval()
     path = tmp_path_factory.mktemp("bert") / "bert.onnx"
     sample = {k: torch.from_numpy(v) for k, v in padded_feeds(2, 8, 0).items()}
     torch.onnx.export(wrapper, tuple(sample[k] for k in INPUTS), str(path), input_names=INPUTS,
