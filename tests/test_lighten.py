@@ -70,6 +70,8 @@ def test_recipe_reproduces_the_choice(bert_result, tiny_bert, tmp_path):
     assert again.winner is not None
     assert (again.winner.strategy, again.winner.options) == (bert_result.winner.strategy, bert_result.winner.options)
     assert len(again.candidates) == 1
+    # The recipe's budget and metric apply when the call names none.
+    assert again.budgets == bert_result.budgets and again.primary_metric == bert_result.primary_metric
     ops = [sorted(n.op_type for n in onnx.load(str(p)).graph.node) for p in (bert_result.model_path, again.model_path)]
     assert ops[0] == ops[1]
 

@@ -27,7 +27,6 @@ from .errors import UsageError
 
 if TYPE_CHECKING:
     from .candidates import Candidate, Skipped
-    from .comparing import Judge
     from .runtime import SessionSettings
     from .tasks import TaskResult
 
@@ -35,6 +34,8 @@ Event = Callable[[str, Mapping[str, Any]], None]
 
 #: p50 latencies within this fraction (or the measured spread, if larger) tie; then the smaller model wins
 LATENCY_TIE = 0.03
+#: the accuracy budget when neither the caller nor a recipe gives one
+DEFAULT_MAX_DROP = "1%"
 #: a candidate must be at most this fraction of the float model's size to count as lighter
 MIN_SHRINK = 0.95
 #: held-out samples generated when the user gives no data
@@ -142,7 +143,7 @@ def _hf_tokenizer_default(source: str, options: Mapping[str, Any] | None) -> dic
     return options
 
 
-def _split_data(source: str, data: Any, calibration: Any, specs: Sequence[Any], data_options: Mapping[str, Any],
+def _split_data(data: Any, calibration: Any, specs: Sequence[Any], data_options: Mapping[str, Any],
                 calibration_options: Mapping[str, Any], split: float) -> _Data:
     from .data import load_data
 
@@ -218,17 +219,17 @@ def _row(result: TaskResult) -> CandidateRow:
 def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None, *,
             framework: str = "auto", inputs: Sequence[Any] | None = None, model_class: str | None = None,
             opset: int | None = None, exporter: str | None = None,
-            max_drop: Any = "1%", metric: Sequence[str] | str | None = None,
+            max_drop: Any = None, metric: Sequence[str] | str | None = None,
             data: Any = None, data_options: Mapping[str, Any] | None = None,
             calibration: Any = None, calibration_options: Mapping[str, Any] | None = None,
             settings: SessionSettings | None = None, strategies: Sequence[str] | None = None,
-            recipe: str | os.PathLike[str] | None = None, objective: str = "latency", force: bool = False,
+            recipe: str | os.PathLike[str] | None = None, objective: str | None = None, force: bool = False,
             batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
             max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
-    ``METRIC=VALUE`` items, as for ``compare``); ``metric`` names the metric(s)
+    ``METRIC=VALUE`` items, as for ``compare``; default 1%, or the recipe's); ``metric`` names the metric(s)
     to judge by (default: chosen from the output shapes).  ``data`` is held-out
     evaluation data and ``calibration`` calibration data (any format
     :func:`onnxlite.data.load_data` reads); given only one, it is split
@@ -242,8 +243,6 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     started = time.perf_counter()
     emit = on_event or (lambda _kind, _info: None)
     settings = settings or SessionSettings()
-    if objective not in {"latency", "size"}:
-        raise UsageError(f"--objective: expected latency or size, got {objective!r}")
     if not 0 < split < 1:
         raise UsageError(f"split: expected a fraction between 0 and 1, got {split}")
     source = os.fspath(source)
@@ -258,6 +257,10 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         metric = metric or chosen.metric
         max_drop = chosen.max_drop if max_drop is None else max_drop
         objective = chosen.objective if objective is None else objective
+    max_drop = DEFAULT_MAX_DROP if max_drop is None else max_drop
+    objective = objective or "latency"
+    if objective not in {"latency", "size"}:
+        raise UsageError(f"--objective: expected latency or size, got {objective!r}")
     metrics = [metric] if isinstance(metric, str) else (list(metric) if metric else None)
     resolve_providers(settings)  # an unavailable provider fails before any work
 
@@ -310,7 +313,7 @@ class _Search:
     def prepare_data(self, data, calibration, data_options, calibration_options, split) -> None:
         data_options = _hf_tokenizer_default(self.source, data_options)
         calibration_options = _hf_tokenizer_default(self.source, calibration_options)
-        self.data = _split_data(self.source, data, calibration, self.specs, data_options, calibration_options, split)
+        self.data = _split_data(data, calibration, self.specs, data_options, calibration_options, split)
         self.calibration_file: Path | None = None
         if self.data.calibration is not None:
             self.calibration_file = _write_calibration(self.data.calibration, self.work / "calibration.npz")

@@ -13,8 +13,9 @@ from .common import json_option, session_options, session_settings
 @click.argument("source")
 @click.option("-o", "--output-dir", metavar="OUTDIR", help="Where model.onnx, recipe.toml and the report go "
               "(default: SOURCE-stem.lightened). An existing OUTDIR is left alone unless --force.")
-@click.option("--max-drop", "max_drop", multiple=True, default=("1%",), show_default=True, metavar="[METRIC=]DROP",
-              help="Accuracy budget on the primary metric (or on METRIC); 0.01 and 1%% are the same. Repeatable.")
+@click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]DROP",
+              help="Accuracy budget on the primary metric (or on METRIC); 0.01 and 1%% are the same. Repeatable. "
+                   "Default: 1%%, or the --recipe's budget.")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric to judge by (the first is primary), e.g. accuracy, pooled_cosine_mean. "
                    "Default: chosen from the output shapes.")
@@ -27,8 +28,9 @@ from .common import json_option, session_options, session_settings
               help="Option for reading --calibration.")
 @click.option("--strategies", metavar="A,B", help="Only try these strategies (comma-separated).")
 @click.option("--recipe", metavar="recipe.toml", help="Reproduce a recipe.toml from an earlier run, without searching.")
-@click.option("--objective", type=click.Choice(["latency", "size"]), default="latency", show_default=True,
-              help="Among candidates within budget: the fastest (ties by size) or the smallest (ties by speed).")
+@click.option("--objective", type=click.Choice(["latency", "size"]), default=None,
+              help="Among candidates within budget: the fastest (ties by size, the default) or the smallest "
+                   "(ties by speed). Default: latency, or the --recipe's.")
 @click.option("--force", is_flag=True, help="Replace an existing OUTDIR.")
 @click.option("--framework", default="auto", show_default=True, help="Framework plugin that loads SOURCE.")
 @click.option("--input", "inputs", multiple=True, metavar="NAME:DTYPE[dims]",
@@ -44,7 +46,7 @@ from .common import json_option, session_options, session_settings
 @json_option
 def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metrics: tuple[str, ...],
             data: str | None, data_options: tuple[str, ...], calibration: str | None,
-            calibration_options: tuple[str, ...], strategies: str | None, recipe: str | None, objective: str,
+            calibration_options: tuple[str, ...], strategies: str | None, recipe: str | None, objective: str | None,
             force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None, batch: int | None,
             runs: int, workers: int | None, no_partial: bool, provider: str, threads: int | None,
             graph_optimization: str, execution_mode: str, as_json: bool) -> None:
@@ -64,7 +66,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metr
     with progress:
         result = run_lighten(
             source, output_dir, framework=framework, inputs=list(inputs) or None, model_class=model_class,
-            max_drop=list(max_drop), metric=list(metrics) or None, data=data,
+            max_drop=list(max_drop) or None, metric=list(metrics) or None, data=data,
             data_options=dict(_split_pair(p, "--data-option") for p in data_options),
             calibration=calibration,
             calibration_options=dict(_split_pair(p, "--calibration-option") for p in calibration_options),
