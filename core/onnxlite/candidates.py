@@ -88,6 +88,9 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
         reason = entry.unavailable_reason()
         if reason is None and not wanted and not matches(tuple(spec.applies_to), family):
             reason = f"applies to {', '.join(spec.applies_to)} graphs; this one is {', '.join(sorted(family)) or 'neither'}"
+        if reason is None and not wanted and set(spec.avoid) & family:
+            reason = (f"its plugin marks it unsuited to {', '.join(sorted(set(spec.avoid) & family))} graphs; "
+                      "name it in --strategies to try it anyway")
         if reason is None and not wanted and spec.gpu_only_gain and provider == "cpu":
             reason = "mainly pays off on GPU providers; name it in --strategies to try it on the CPU"
         if reason is None and spec.needs_calibration and not has_calibration:

@@ -115,6 +115,9 @@ class QuantizerSpec(Spec):
     ``"conv"``, ``"matmul"``; ``lighten`` uses it to build candidates.
     ``grid``: option sets worth trying when searching (each a mapping of option
     name to value); the empty mapping means "the defaults".
+    ``avoid``: graph families a search should not try it on unless asked by name
+    (``static`` declares ``("transformer",)``: per-tensor activation ranges break
+    attention masks and softmax).
     ``gpu_only_gain``: honest flag for strategies (fp16) that mostly pay off on GPUs.
     """
 
@@ -124,6 +127,7 @@ class QuantizerSpec(Spec):
     applies_to: tuple[str, ...] = ("any",)
     grid: tuple[Mapping[str, Any], ...] = field(default_factory=lambda: ({},))
     gpu_only_gain: bool = False
+    avoid: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
