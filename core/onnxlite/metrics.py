@@ -199,7 +199,7 @@ def parse_budgets(max_drop: Any, metrics: Sequence[ResolvedMetric], primary: str
     budgets: dict[str, float] = {}
     keys = {m.key for m in metrics}
     for key, value in items:
-        where = f"--max-drop {key + '=' if key else ''}{value}"
+        where = f"--max-drop {key}" if key else "--max-drop"
         budget = parse_budget(value, where)
         if key is None:
             budgets[primary] = budget
