@@ -258,7 +258,9 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         max_drop = chosen.max_drop if max_drop is None else max_drop
         objective = chosen.objective if objective is None else objective
     max_drop = DEFAULT_MAX_DROP if max_drop is None else max_drop
-    _check_budget_values(max_drop)
+    from .metrics import check_budget_values
+
+    check_budget_values(max_drop)
     objective = objective or "latency"
     if objective not in {"latency", "size"}:
         raise UsageError(f"--objective: expected latency or size, got {objective!r}")
@@ -283,18 +285,6 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         state.publish(result, out, force)
     emit("done", {"message": result.message})
     return result
-
-
-def _check_budget_values(max_drop: Any) -> None:
-    """Malformed budget numbers fail now, not after the export; metric names are checked once outputs exist."""
-    from .metrics import parse_budget
-
-    items = max_drop.items() if isinstance(max_drop, Mapping) else (
-        (str(i).partition("=")[0] if isinstance(i, str) and "=" in i else None,
-         str(i).partition("=")[2] if isinstance(i, str) and "=" in i else i)
-        for i in (max_drop if isinstance(max_drop, (list, tuple)) else [max_drop]))
-    for key, value in items:
-        parse_budget(value, f"--max-drop {key}" if key else "--max-drop")
 
 
 class _Search:
@@ -362,14 +352,14 @@ class _Search:
             raise UsageError(f"no strategy applies to this model ({reasons})")
 
     def from_recipe(self, recipe) -> None:
-        from .candidates import Candidate, candidate_name
+        from .candidates import Candidate, candidate_name, exclude_option
         from .registry import get_registry
 
         spec = get_registry().get("quantizer", recipe.strategy).spec
         # The recipe's options already hold the float nodes in the strategy's exclusion option;
         # excluded_nodes is kept for the record.
-        name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items()
-                                                if not (recipe.excluded_nodes and "exclude" in k)})
+        option = exclude_option(spec) if recipe.excluded_nodes else None
+        name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items() if k != option})
         if recipe.excluded_nodes:
             name += f"+float{len(recipe.excluded_nodes)}"
         if spec.needs_calibration and self.calibration_file is None:

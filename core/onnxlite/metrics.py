@@ -175,6 +175,26 @@ def parse_budget(raw: Any, where: str = "--max-drop") -> float:
     return value
 
 
+def budget_items(max_drop: Any) -> list[tuple[str | None, Any]]:
+    """``(metric or None, raw value)`` pairs from any form ``max_drop`` takes (see :func:`parse_budgets`)."""
+    if isinstance(max_drop, Mapping):
+        return [(str(k), v) for k, v in max_drop.items()]
+    items: list[tuple[str | None, Any]] = []
+    for item in max_drop if isinstance(max_drop, (list, tuple)) else [max_drop]:
+        if isinstance(item, str) and "=" in item:
+            key, _, value = item.partition("=")
+            items.append((key.strip(), value))
+        else:
+            items.append((None, item))
+    return items
+
+
+def check_budget_values(max_drop: Any) -> None:
+    """Fail on malformed budget numbers before any work; metric names can only be checked once outputs exist."""
+    for key, value in budget_items(max_drop):
+        parse_budget(value, f"--max-drop {key}" if key else "--max-drop")
+
+
 def parse_budgets(max_drop: Any, metrics: Sequence[ResolvedMetric], primary: str) -> dict[str, float]:
     """Budgets per metric key.
 
@@ -185,20 +205,9 @@ def parse_budgets(max_drop: Any, metrics: Sequence[ResolvedMetric], primary: str
     """
     if max_drop is None:
         return {}
-    items: list[tuple[str | None, Any]] = []
-    if isinstance(max_drop, Mapping):
-        items = [(str(k), v) for k, v in max_drop.items()]
-    else:
-        raw_items = max_drop if isinstance(max_drop, (list, tuple)) else [max_drop]
-        for item in raw_items:
-            if isinstance(item, str) and "=" in item:
-                key, _, value = item.partition("=")
-                items.append((key.strip(), value))
-            else:
-                items.append((None, item))
     budgets: dict[str, float] = {}
     keys = {m.key for m in metrics}
-    for key, value in items:
+    for key, value in budget_items(max_drop):
         where = f"--max-drop {key}" if key else "--max-drop"
         budget = parse_budget(value, where)
         if key is None:
