@@ -150,6 +150,8 @@ def exclusion_steps(count: int, limit: int | None = None) -> list[int]:
 
 
 def feeds_for_ranking(feeds: Mapping[str, np.ndarray], batch: int = 16, max_batches: int = 4) -> list[dict]:
-    total = next(iter(feeds.values())).shape[0]
-    return [{k: v[i:i + batch] for k, v in feeds.items()} for i in range(0, min(total, batch * max_batches), batch)]
+    """The first ``max_batches`` batches of the held-out inputs (ranking needs a sample, not all of them)."""
+    from .data import Dataset
+
+    return list(Dataset(dict(feeds)).take(batch * max_batches).batches(batch))
 
