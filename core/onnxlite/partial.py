@@ -31,40 +31,6 @@ class NodeError:
     added_error: float
 
 
-def _expose(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
-    import onnx
-    from onnx import helper
-
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    present = {o.name for o in exposed.graph.output}
-    for name in names:
-        if name not in present:
-            exposed.graph.output.append(helper.make_empty_tensor_value_info(name))
-    return exposed
-
-
-def _run(model: onnx.ModelProto, names: Sequence[str], feeds_list: Sequence[Mapping[str, np.ndarray]],
-         threads: int | None) -> dict[str, list[np.ndarray]]:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    # Optimizations could fuse away the tensors we want to read.
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(_expose(model, names).SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    inputs = [i.name for i in session.get_inputs()]
-    values: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    for feeds in feeds_list:
-        outputs = session.run(list(names), {k: feeds[k] for k in inputs})
-        for name, value in zip(names, outputs):
-            values[name].append(value)
-    return values
-
-
 def _relative_error(reference: list[np.ndarray], candidate: list[np.ndarray]) -> float:
     import numpy as np
 
@@ -96,6 +62,8 @@ def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.Pa
     import numpy as np
     import onnx
 
+    from .activations import collect
+
     float_proto = onnx.load(str(float_model))
     quant_proto = onnx.load(str(quantized_model))
     initializers = {i.name for i in float_proto.graph.initializer}
@@ -124,8 +92,8 @@ def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.Pa
     # Integer tensors (ids, shapes) carry no rounding error worth ranking.
     names = [n for n in names if float_types.get(n, onnx.TensorProto.FLOAT) in (onnx.TensorProto.FLOAT,
                                                                                   onnx.TensorProto.FLOAT16)]
-    reference = _run(float_proto, names, feeds_list, threads)
-    candidate = _run(quant_proto, names, feeds_list, threads)
+    reference = collect(float_proto, names, feeds_list, threads)
+    candidate = collect(quant_proto, names, feeds_list, threads)
     errors = {n: _relative_error(reference[n], candidate[n]) for n in names}
     ranked = []
     for node, out, activations in nodes:

@@ -1,0 +1,59 @@
+"""Reading a model's intermediate tensors: what partial quantization and SmoothQuant measure.
+
+The tensors are exposed as extra graph outputs of a copy of the model, and
+the copy runs with graph optimizations off, since fusions could remove the
+very tensors we ask for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+
+def expose(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """A copy of ``model`` that also outputs the tensors ``names``."""
+    import onnx
+    from onnx import helper
+
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    present = {o.name for o in exposed.graph.output}
+    for name in names:
+        if name not in present:
+            exposed.graph.output.append(helper.make_empty_tensor_value_info(name))
+    return exposed
+
+
+def iter_activations(model: onnx.ModelProto, names: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
+                     threads: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """For each feed dict, the values of ``names`` (graph inputs are read from the feeds themselves)."""
+    import onnxruntime as ort
+
+    graph_inputs = {i.name for i in model.graph.input}
+    computed = [n for n in names if n not in graph_inputs]
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(expose(model, computed).SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    inputs = [i.name for i in session.get_inputs()]
+    for feed in feeds:
+        values = dict(zip(computed, session.run(computed, {k: feed[k] for k in inputs}) if computed else []))
+        yield {n: values[n] if n in values else feed[n] for n in names}
+
+
+def collect(model: onnx.ModelProto, names: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
+            threads: int | None = None) -> dict[str, list[np.ndarray]]:
+    """Every value of ``names`` over all ``feeds``, one list entry per feed dict."""
+    values: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for batch in iter_activations(model, names, feeds, threads):
+        for name, value in batch.items():
+            values[name].append(value)
+    return values
