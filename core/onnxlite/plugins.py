@@ -33,6 +33,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "onnxlite_plugins.quantizers.dynamic",
     "onnxlite_plugins.quantizers.static",
     "onnxlite_plugins.quantizers.transformer",
+    "onnxlite_plugins.quantizers.smoothquant",
     "onnxlite_plugins.quantizers.fp16",
     "onnxlite_plugins.quantizers.int4",
     "onnxlite_plugins.providers.onnxruntime_eps",

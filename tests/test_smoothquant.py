@@ -1,0 +1,133 @@
+"""The ``smoothquant`` strategy on small graphs built here, with outlier channels like a transformer's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxlite
+from conftest import run_cli
+from onnxlite_plugins.quantizers.smoothquant import activation_maxima, smooth, smoothing_targets
+
+rng = np.random.default_rng(0)
+#: A few input channels 40x larger than the rest, as in BERT's LayerNorm and FFN outputs.
+GAIN = np.ones(64, np.float32)
+GAIN[[3, 17, 42]] = 40.0
+
+
+def outlier_model(path: Path, shared_weight: bool = False) -> Path:
+    """h = x * GAIN; y = Gemm(Relu(h @ W1), W2, transB=1); z = h + h @ W3 (a residual reads h too)."""
+    w1 = rng.standard_normal((64, 128)).astype(np.float32) * 0.1
+    w2 = rng.standard_normal((16, 128)).astype(np.float32) * 0.1
+    w3 = rng.standard_normal((64, 64)).astype(np.float32) * 0.1
+    inits = [numpy_helper.from_array(GAIN, "gain"), numpy_helper.from_array(w1, "W1"),
+             numpy_helper.from_array(w2, "W2"), numpy_helper.from_array(w3, "W3")]
+    nodes = [
+        helper.make_node("Mul", ["x", "gain"], ["h"], name="scale"),
+        helper.make_node("MatMul", ["h", "W1"], ["a"], name="mm1"),
+        helper.make_node("Relu", ["a"], ["r"], name="relu"),
+        helper.make_node("Gemm", ["r", "W2"], ["y"], name="gemm2", transB=1),
+        helper.make_node("MatMul", ["h", "W1" if shared_weight else "W3"], ["b"], name="mm3"),
+    ]
+    if shared_weight:
+        nodes.append(helper.make_node("Slice", ["b", "zero", "sixty_four", "one"], ["b64"], name="slice"))
+        inits += [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                  numpy_helper.from_array(np.array([64], np.int64), "sixty_four"),
+                  numpy_helper.from_array(np.array([1], np.int64), "one")]
+    nodes.append(helper.make_node("Add", ["h", "b64" if shared_weight else "b"], ["z"], name="residual"))
+    graph = helper.make_graph(nodes, "outliers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def feeds(n: int, batch: int = 16, seed: int = 1) -> list[dict[str, np.ndarray]]:
+    gen = np.random.default_rng(seed)
+    return [{"x": gen.standard_normal((batch, 64)).astype(np.float32)} for _ in range(n)]
+
+
+def run(path_or_proto, batches) -> list[list[np.ndarray]]:
+    model = path_or_proto if isinstance(path_or_proto, (str, Path)) else path_or_proto.SerializeToString()
+    session = ort.InferenceSession(str(model) if isinstance(model, Path) else model, providers=["CPUExecutionProvider"])
+    return [session.run(None, f) for f in batches]
+
+
+def relative_error(reference, candidate) -> float:
+    num = sum(float(np.sum((r - c) ** 2)) for rs, cs in zip(reference, candidate) for r, c in zip(rs, cs))
+    den = sum(float(np.sum(r ** 2)) for rs in reference for r in rs)
+    return (num / den) ** 0.5
+
+
+def test_smoothing_leaves_float_outputs_unchanged(tmp_path):
+    path = outlier_model(tmp_path / "m.onnx")
+    model = onnx.load(str(path))
+    groups = smoothing_targets(model, ["MatMul", "Gemm"], exclude=[])
+    assert {a: sorted(t.node.name for t in ts) for a, ts in groups.items()} == {"h": ["mm1", "mm3"], "r": ["gemm2"]}
+    maxima, seen = activation_maxima(model, list(groups), feeds(4), batch_size=8, limit=0)
+    assert seen == 64
+    assert maxima["h"][[3, 17, 42]].min() > 10 * np.median(maxima["h"])   # the outliers were seen
+    smoothed = smooth(model, groups, maxima, alpha=0.5)
+    assert sorted(smoothed) == ["h", "r"]
+    onnx.checker.check_model(model)
+    by_name = {n.name: n for n in model.graph.node}
+    assert by_name["mm1"].input[0] == by_name["mm3"].input[0] != "h"
+    assert by_name["residual"].input[0] == "h"   # the residual still reads the unscaled tensor
+    held = feeds(3, seed=5)
+    for before, after in zip(run(path, held), run(model, held)):
+        for b, a in zip(before, after):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_smoothquant_beats_dynamic_int8_on_outlier_channels(tmp_path):
+    path = outlier_model(tmp_path / "m.onnx")
+    held = feeds(4, seed=9)
+    reference = run(path, held)
+    dynamic = onnxlite.quantize(path, tmp_path / "dyn.onnx", strategy="dynamic")
+    smoothq = onnxlite.quantize(path, tmp_path / "sq.onnx", strategy="smoothquant", calibration=feeds(8), alpha=0.5)
+    assert smoothq.details["smoothed_activations"] == 2 and smoothq.details["calibration_samples"] == 128
+    assert smoothq.quantized_ops.get("MatMulInteger", 0) == 3   # mm1, mm3, and the Gemm's MatMul half
+    err_dynamic = relative_error(reference, run(dynamic.path, held))
+    err_smooth = relative_error(reference, run(smoothq.path, held))
+    assert err_smooth < 0.5 * err_dynamic, (err_smooth, err_dynamic)
+    # alpha 0 moves nothing out of the activations, so it cannot do better than plain dynamic int8 here.
+    flat = onnxlite.quantize(path, tmp_path / "a0.onnx", strategy="smoothquant", calibration=feeds(8), alpha=0.0)
+    assert relative_error(reference, run(flat.path, held)) > err_smooth
+
+
+def test_excluded_and_shared_weight_nodes_are_not_smoothed(tmp_path):
+    path = outlier_model(tmp_path / "m.onnx")
+    result = onnxlite.quantize(path, tmp_path / "ex.onnx", strategy="smoothquant", calibration=feeds(2),
+                               exclude=["mm3"])
+    nodes = {n.name: n for n in onnx.load(str(result.path)).graph.node}
+    assert result.excluded_nodes == ["mm3"]
+    assert nodes["mm3"].op_type == "MatMul" and nodes["mm3"].input[0] == "h"   # float, reading the original
+
+    shared = outlier_model(tmp_path / "shared.onnx", shared_weight=True)
+    warnings: list[str] = []
+    result = onnxlite.quantize(shared, tmp_path / "sh.onnx", strategy="smoothquant", calibration=feeds(2),
+                               on_warning=warnings.append)
+    # W1 feeds two MatMuls, so rescaling it for one would break the other: only the Gemm's input is smoothed.
+    assert result.details["smoothed_activations"] == 1
+    held = feeds(2, seed=3)
+    assert relative_error(run(shared, held), run(result.path, held)) < 0.05
+
+
+def test_bad_options_are_one_line_usage_errors(tmp_path):
+    path = outlier_model(tmp_path / "m.onnx")
+    before = path.read_bytes()
+    with pytest.raises(onnxlite.UsageError, match="alpha=1.5: expected a number from 0 to 1"):
+        onnxlite.quantize(path, tmp_path / "x.onnx", strategy="smoothquant", calibration=feeds(1), alpha=1.5)
+    proc = run_cli("quantize", str(path), "-o", str(tmp_path / "y.onnx"), "--strategy", "smoothquant")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "needs calibration data" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert path.read_bytes() == before and not (tmp_path / "x.onnx").exists() and not (tmp_path / "y.onnx").exists()
