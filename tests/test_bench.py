@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,34 @@ def test_measurement_is_interleaved(fp32_vs_int8):
     assert order[: len(order) // 2 * 2] == [0, 1] * (len(order) // 2)
     for index in (0, 1):
         assert sum(n for i, n in result.schedule if i == index) == 24
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads process states from /proc")
+def test_idle_workers_are_paused_between_their_turns(models):
+    """While one worker is timed, the others are stopped, so their spinning threads cannot take its cores."""
+    import onnxlite
+
+    def workers() -> dict[int, str]:
+        states = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                pid, rest = stat.read_text().split(" (", 1)
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except OSError:
+                continue
+            fields = rest.rsplit(") ", 1)[1].split()
+            if int(fields[1]) == os.getpid() and b"onnxlite.bench_worker" in cmdline:
+                states[int(pid)] = fields[0]
+        return states
+
+    seen: list[dict[int, str]] = []
+    result = onnxlite.bench([models["fp32"], models["int8"]], batch=3, runs=8, warmup=1, runs_per_turn=2,
+                            progress=lambda fraction, text: seen.append(workers()) if text.startswith("measuring")
+                            else None)
+    assert all(row.status == "ok" for row in result.rows)
+    # Progress is reported between turns: by then the worker that just ran has been stopped too.
+    assert len(seen) >= 4 and all(len(s) == 2 and set(s.values()) == {"T"} for s in seen), seen
+    assert not workers()   # all were resumed and told to exit at the end
 
 
 def test_memory_is_measured_in_separate_worker_processes(fp32_vs_int8):
