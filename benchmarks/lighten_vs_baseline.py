@@ -29,7 +29,8 @@ its ratio to fp32 ONNX, and whether each target is met.
 Targets (issue 6): MiniLM at batch 64 on 2 threads: pooled cosine vs PyTorch
 mean >= 0.995 and min >= 0.99, >= 3.5x smaller and >= 2x faster than fp32
 ONNX.  Digits CNN: held-out accuracy within 1 point of fp32, >= 3x smaller,
-faster than fp32 ONNX.
+faster than fp32 ONNX (by more than the row's p90/p50 spread, at least 3%:
+lighten's own tie margin, since a digits run takes a third of a millisecond).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -362,7 +364,12 @@ def finish(title: str, rows: dict[str, dict[str, Any]], notes: dict[str, str], t
         checks["%.1fx smaller" % (1 / targets["size_ratio_max"])] = row["size_ratio"] <= targets["size_ratio_max"]
         speedup, wanted = row["speedup"] or 0.0, targets["speedup_min"]
         if wanted == 1.0:
-            checks["faster"] = speedup > 1.0
+            # Sub-millisecond runs are noisy: "faster" must beat fp32 by more than the row's own
+            # run-to-run spread, the same tie margin lighten uses when it picks a winner.
+            from onnxlite.lightening import latency_margin
+
+            row["noise_margin"] = latency_margin(SimpleNamespace(latency_ms=row.get("latency_ms")))
+            checks["faster"] = speedup > 1.0 + row["noise_margin"]
         else:
             checks["%.1fx faster" % wanted] = speedup >= wanted
         row["targets"] = checks

@@ -26,7 +26,8 @@ def test_minilm_example_lightens_within_budget(tmp_path):
     assert winner is not None, result["message"]
     primary = result["primary_metric"]
     assert primary == "last_hidden_state.pooled_cosine_mean"
-    assert winner["drops"][primary] <= 0.01
+    assert winner["drops"][primary] <= 0.005
+    assert winner["drops"]["last_hidden_state.pooled_cosine_min"] <= 0.01
     assert winner["size_bytes"] < result["baseline"]["size_bytes"]
     # Sizes and accuracy are deterministic (latency is not): a >=3.5x smaller candidate must be within budget.
     within = [c for c in result["candidates"] if c["status"] in {"ok", "winner"}]
@@ -55,4 +56,4 @@ def test_minilm_example_lightens_within_budget(tmp_path):
     pool = lambda h: (h * mask).sum(1) / mask.sum(1)  # noqa: E731
     a, b = pool(ref), pool(got)
     cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-    assert cosine.mean() >= 0.99 and cosine.min() >= 0.98, (cosine.mean(), cosine.min())
+    assert cosine.mean() >= 0.995 and cosine.min() >= 0.99, (cosine.mean(), cosine.min())

@@ -67,3 +67,40 @@ def test_minilm_dynamic_and_transformer(exported, tmp_path):
     assert fused.details["num_heads"] == 12 and fused.details["hidden_size"] == 384
     assert fused.ratio > 3
     assert pooled_cosine(feeds, reference, fused.path) > 0.98
+
+
+def test_minilm_smoothquant_beats_dynamic_on_held_out_sentences(exported, tmp_path):
+    """docs/quantize.md's smoothquant claim: calibrated on some sentences, judged on the others."""
+    path, _, _ = exported
+    folder = Path(minilm.__file__).parent / "model"
+    lines = (Path(__file__).resolve().parents[1] / "examples/minilm/sentences.txt").read_text().splitlines()
+    calibration, held = lines[:63], lines[63:]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    model = LastHiddenState(transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval())
+    batches = []
+    for start in range(0, len(held), 8):
+        encoded = tokenizer(held[start:start + 8], padding=True, return_tensors="np")
+        feeds = {k: encoded[k].astype(np.int64) for k in NAMES}
+        with torch.no_grad():
+            batches.append((feeds, model(*(torch.from_numpy(feeds[k]) for k in NAMES)).numpy()))
+    cal_file = tmp_path / "calibration.txt"
+    cal_file.write_text("\n".join(calibration) + "\n")
+
+    def held_out_cosines(candidate) -> np.ndarray:
+        session = ort.InferenceSession(str(candidate), providers=["CPUExecutionProvider"])
+        scores = []
+        for feeds, reference in batches:
+            out = session.run(None, feeds)[0]
+            mask = feeds["attention_mask"][..., None]
+            a, b = (reference * mask).sum(1) / mask.sum(1), (out * mask).sum(1) / mask.sum(1)
+            scores.append((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
+        return np.concatenate(scores)
+
+    dynamic = onnxlite.quantize(path, tmp_path / "dyn.onnx", op_types=["MatMul", "Gemm", "Gather"])
+    smooth = onnxlite.quantize(path, tmp_path / "sq.onnx", strategy="smoothquant", alpha=0.65,
+                               calibration=str(cal_file), calibration_options={"tokenizer": str(folder)})
+    assert smooth.details["smoothed_activations"] == 24 and smooth.details["calibration_samples"] == 63
+    assert smooth.ratio > 3.5
+    plain, smoothed = held_out_cosines(dynamic.path), held_out_cosines(smooth.path)
+    assert smoothed.mean() >= 0.995 and smoothed.min() >= 0.99, (smoothed.mean(), smoothed.min())
+    assert smoothed.mean() > plain.mean() and smoothed.min() > plain.min(), (plain.mean(), plain.min())

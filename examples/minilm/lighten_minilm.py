@@ -6,7 +6,8 @@ Runs exactly `onnxlite lighten <model folder> --data sentences.txt ...`: the
 model folder comes from the installed package (no hub access), the sentences
 are `sentences.txt` beside this file (the first 40% calibrate, the rest are
 held out for judging). The budget is the mean-pooled sentence-embedding cosine
-against PyTorch: at most 1% below 1 on average and 2% for the worst sentence.
+against PyTorch: at most 0.5% below 1 on average and 1% for the worst sentence
+(issue 6's targets: mean >= 0.995, min >= 0.99).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> None:
     onnxlite([
         "lighten", str(model_folder()), "-o", out, "--force",
         "--data", str(HERE / "sentences.txt"),
-        "--max-drop", "pooled_cosine_mean=1%", "--max-drop", "pooled_cosine_min=2%",
+        "--max-drop", "pooled_cosine_mean=0.5%", "--max-drop", "pooled_cosine_min=1%",
         "--threads", "2", "--batch", "64",
         *extra,
     ])
