@@ -78,6 +78,39 @@ def test_recipe_reproduces_the_choice(bert_result, tiny_bert, tmp_path):
     assert ops[0] == ops[1]
 
 
+def test_smoothquant_calibrates_on_the_split_and_its_recipe_replays(tiny_bert, tmp_path):
+    import onnx
+
+    rng = np.random.default_rng(3)
+    count, length = 40, 12
+    ids = rng.integers(5, 120, (count, length)).astype(np.int64)
+    mask = np.ones_like(ids)
+    for row, keep in enumerate(rng.integers(4, length + 1, count)):
+        mask[row, keep:] = 0   # padded rows: the judge and the activation maxima both see padding
+        ids[row, keep:] = 0
+    data = tmp_path / "tokens.npz"
+    np.savez(data, input_ids=ids, attention_mask=mask, token_type_ids=np.zeros_like(ids))
+
+    result = onnxlite.lighten(str(tiny_bert), tmp_path / "out", data=str(data), strategies=["smoothquant"],
+                              max_drop="3%", runs=3)
+    assert [c.name for c in result.candidates] == [
+        "smoothquant[alpha=0.5]", "smoothquant[alpha=0.65]", "smoothquant[alpha=0.8]"]
+    assert result.winner is not None, result.message
+    for row in result.candidates:
+        details = row.quantize["details"]
+        # 40% of the 40 samples calibrate; the other 24 are held out for judging.
+        assert details["calibration_samples"] == 16 and details["smoothed_activations"] > 0, details
+    assert "16 samples calibrate, the other 24 judge" in result.data, result.data
+
+    again = onnxlite.lighten(str(tiny_bert), tmp_path / "again", data=str(data), recipe=result.recipe_path, runs=3)
+    assert (again.winner.strategy, again.winner.options) == (result.winner.strategy, result.winner.options)
+    first, second = (onnx.load(str(p)) for p in (result.model_path, again.model_path))
+    assert [n.op_type for n in first.graph.node] == [n.op_type for n in second.graph.node]
+    # Same data, same split, same scales: the replayed weights are the same bytes.
+    weights = lambda m: {i.name: i.raw_data for i in m.graph.initializer}  # noqa: E731
+    assert weights(first) == weights(second)
+
+
 def test_digits_cnn_keeps_accuracy_with_static_quantization(tmp_path):
     import onnxruntime as ort
     import torch
@@ -175,21 +208,39 @@ def test_bad_data_is_one_line_and_leaves_nothing(mlp_ref, tmp_path):
     assert not out.exists() and _scratch_left(tmp_path) == []
 
 
+SLEEPER = '''
+import os, time
+from pathlib import Path
+from onnxlite import hookimpl, QuantizerSpec
+
+class Sleeper:
+    def quantize(self, model, output, options, context):
+        Path(os.environ["SLEEPER_MARK"]).write_text("started")
+        time.sleep(120)
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="sleeper", description="takes its time", factory=Sleeper)]
+'''
+
+
 def test_interrupt_leaves_the_previous_outdir_intact(mlp_ref, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("previous run")
-    env = dict(os.environ)
+    # A candidate that is certainly still running when Ctrl-C comes (a real one might just have finished).
+    site = make_plugin_dist(tmp_path / "site", "acme-sleeper", "0.1", "acme_sleeper", SLEEPER)
+    mark = tmp_path / "sleeper-started"
+    env = dict(os.environ, SLEEPER_MARK=str(mark),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")])))
+    env.pop("ONNXLITE_DISABLE_PLUGIN_AUTOLOAD", None)
     proc = subprocess.Popen([sys.executable, "-m", "onnxlite", "lighten", mlp_ref, "--input", MLP_INPUT, "-o",
-                             str(out), "--force", "--runs", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, text=True)
+                             str(out), "--force", "--runs", "3", "--strategies", "sleeper,dynamic"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if any((tmp_path / name).is_dir() and (tmp_path / name / "tasks").exists()
-               for name in os.listdir(tmp_path) if name.endswith(".work")):
-            break  # candidates are being quantized
-        time.sleep(0.1)
-    assert proc.poll() is None, "lighten finished before it could be interrupted"
+    while time.monotonic() < deadline and proc.poll() is None and not mark.exists():
+        time.sleep(0.05)
+    assert proc.poll() is None and mark.exists(), "the sleeping candidate never started"
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
