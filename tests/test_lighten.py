@@ -236,7 +236,10 @@ def test_interrupt_leaves_the_previous_outdir_intact(mlp_ref, tmp_path):
     env.pop("ONNXLITE_DISABLE_PLUGIN_AUTOLOAD", None)
     proc = subprocess.Popen([sys.executable, "-m", "onnxlite", "lighten", mlp_ref, "--input", MLP_INPUT, "-o",
                              str(out), "--force", "--runs", "3", "--strategies", "sleeper,dynamic"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+                            # A shell that starts the suite in the background ignores SIGINT, and children
+                            # inherit that; this child must see Ctrl-C the way a terminal user's would.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and not mark.exists():
         time.sleep(0.05)
