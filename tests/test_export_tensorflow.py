@@ -334,3 +334,25 @@ def test_keras_mlp_example_trains_and_exports(tmp_path):
         {"pixels": data["pixels"]})["output_0"].argmax(axis=1)
     np.testing.assert_array_equal(onnx_pred, keras_pred)
     assert (onnx_pred == data["labels"]).mean() > 0.8  # it did learn
+
+
+def test_cli_option_picks_a_saved_model_signature(sources, tmp_path):
+    """`--option` reaches the framework plugin's declared options, checked against its spec."""
+    import json
+
+    saved = str(sources / "text_savedmodel")
+    out = tmp_path / "serve.onnx"
+    result = run_cli("export", saved, "-o", str(out), "--option", "signature=serve", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verification"]["passed"] is True
+    assert sorted(i.split(":")[0] for i in report["inputs"]) == ["attention_mask", "input_ids"]
+
+    missing = run_cli("export", saved, "-o", str(tmp_path / "x.onnx"), "--option", "signature=predict")
+    assert missing.returncode == 2
+    line = missing.stderr.strip()
+    assert "\n" not in line and "signatures: serve, serving_default" in line and "--option signature=NAME" in line
+    unknown = run_cli("export", saved, "-o", str(tmp_path / "y.onnx"), "--option", "signatur=serve")
+    assert unknown.returncode == 2
+    assert "--option signatur: framework 'tensorflow' has no such option (valid: signature)" in unknown.stderr
+    assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "y.onnx").exists()

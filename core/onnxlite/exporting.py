@@ -191,12 +191,16 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
            samples: Any = None, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, verify: bool = True,
            model_class: str | None = None, external_data: bool | None = None,
            settings: SessionSettings | None = None, options: Mapping[str, Any] | None = None,
+           framework_options: Mapping[str, Any] | Sequence[str] | None = None,
            on_step: Callable[[str], None] | None = None) -> ExportResult:
     """Export ``source`` to ``output`` (an ``.onnx`` path) and verify it in onnxruntime.
 
     ``inputs`` are ``NAME:DTYPE[dims]`` strings or InputSpecs (else derived from
     the model); ``samples`` real inputs (``.npz``) used for verification;
-    ``external_data=None`` means only when the model is over 2 GB.  Raises
+    ``external_data=None`` means only when the model is over 2 GB.
+    ``framework_options`` are the framework plugin's declared options
+    (``{"signature": "serving_default"}`` or ``["signature=serving_default"]``,
+    as ``--option`` gives them), checked against its spec.  Raises
     :class:`VerificationError` when outputs differ beyond ``atol``/``rtol``
     (nothing is written then).
     """
@@ -224,7 +228,7 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
         load_options.setdefault("settings", settings)
 
     step(f"Loading {source}")
-    loaded = load_source(source, framework, load_options)
+    loaded = load_source(source, framework, load_options, framework_options)
     specs = loaded.input_specs
     feeds_list = sample_sets(specs, samples)
     step("Computing reference outputs")
@@ -235,7 +239,7 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
         raw_dir.mkdir()
         raw = raw_dir / "model.onnx"
         step(f"Exporting with {loaded.framework}")
-        export_options = {"exporter": exporter} if exporter else {}
+        export_options = {**loaded.user_options, **({"exporter": exporter} if exporter else {})}
         provenance = dict(loaded.model.export(raw, specs, _trace_sample(feeds_list, specs), opset, export_options))
         if not raw.exists():
             raise OnnxliteError(f"{source}: the {loaded.framework} plugin reported success but wrote no model")

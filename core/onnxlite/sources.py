@@ -34,11 +34,13 @@ class LoadedSource:
     """
 
     def __init__(self, source: str, framework: str, model: SourceModel,
-                 input_specs: Sequence[InputSpec] | None = None):
+                 input_specs: Sequence[InputSpec] | None = None, user_options: Mapping[str, Any] | None = None):
         self.source = source
         self.framework = framework
         self.model = model
         self._input_specs = list(input_specs) if input_specs else None
+        #: the framework options the user set (``--option``), typed by the plugin's spec
+        self.user_options = dict(user_options or {})
 
     @property
     def input_specs(self) -> list[InputSpec]:
@@ -117,12 +119,16 @@ def detect_framework(source: str) -> str:
     raise UsageError(f"{source}: claimed by several frameworks ({', '.join(claimed)}); pass --framework NAME")
 
 
-def load_source(source: str, framework: str = "auto", options: Mapping[str, Any] | None = None) -> LoadedSource:
+def load_source(source: str, framework: str = "auto", options: Mapping[str, Any] | None = None,
+                user_options: Mapping[str, Any] | Sequence[str] | None = None) -> LoadedSource:
     """Load ``source`` with the named framework plugin (or the one ``detect_framework`` picks).
 
     ``options`` go to ``Exporter.load`` unchanged, plus ``python_object`` for a
     Python reference (imported here once, so user code never runs twice) and
     ``inputs`` (a list of :class:`~onnxlite.inputs.InputSpec`) when given.
+    ``user_options`` (``key=value`` strings or a mapping, the CLI's ``--option``)
+    are checked against the chosen plugin's declared options and typed; an
+    unknown name is a usage error that lists the valid ones.
     """
     from .pyref import is_python_ref
     from .registry import get_registry
@@ -139,10 +145,24 @@ def load_source(source: str, framework: str = "auto", options: Mapping[str, Any]
             framework = obj_framework or _guess(options[PYTHON_OBJECT], source)
         else:
             framework = detect_framework(source)
-    exporter = get_registry().get("framework", framework).create()
-    model = exporter.load(source, options)
+    entry = get_registry().get("framework", framework)
+    given = _framework_options(entry.spec, user_options) if user_options else {}
+    options.update(given)
+    model = entry.create().load(source, options)
     user_inputs = options.get(INPUTS) or None
-    return LoadedSource(source, framework, model, user_inputs)
+    return LoadedSource(source, framework, model, user_inputs, given)
+
+
+def _framework_options(spec: Any, user_options: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
+    """Only the options the user named, typed (the plugin applies its own defaults to the rest)."""
+    from .cli.common import parse_options
+
+    if isinstance(user_options, Mapping):
+        named = [str(key) for key in user_options]
+    else:
+        named = [str(pair).partition("=")[0].strip() for pair in user_options]
+    values = parse_options(spec, user_options, flag="--option")
+    return {key: values[key] for key in (name.replace("-", "_") for name in named)}
 
 
 def _guess(obj: Any, source: str) -> str:

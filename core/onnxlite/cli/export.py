@@ -23,12 +23,15 @@ from .common import console, emit_json, human_bytes, json_option, session_option
 @click.option("--no-verify", is_flag=True, help="Skip the onnxruntime check against the source (not recommended).")
 @click.option("--model-class", default=None, metavar="MODULE:CLASS", help="The nn.Module class a state dict belongs to.")
 @click.option("--external-data", is_flag=True, help="Store weights in OUT.onnx.data (always done above 2 GB).")
+@click.option("--option", "framework_options", multiple=True, metavar="KEY=VALUE",
+              help="A framework plugin option (repeatable), e.g. signature=serving_default for a SavedModel; "
+                   "onnxlite --list-plugins --json lists each plugin's options.")
 @session_options
 @json_option
 def export(source: str, output: str, framework: str, inputs: tuple[str, ...], opset: int | None, exporter: str | None,
            samples: str | None, atol: float | None, rtol: float | None, no_verify: bool, model_class: str | None,
-           external_data: bool, provider: str, threads: int | None, graph_optimization: str, execution_mode: str,
-           as_json: bool) -> None:
+           external_data: bool, framework_options: tuple[str, ...], provider: str, threads: int | None,
+           graph_optimization: str, execution_mode: str, as_json: bool) -> None:
     """Export SOURCE (PyTorch, TensorFlow or ONNX) to a verified ONNX file.
 
     \b
@@ -46,7 +49,7 @@ def export(source: str, output: str, framework: str, inputs: tuple[str, ...], op
                             exporter=exporter, samples=samples, atol=DEFAULT_ATOL if atol is None else atol,
                             rtol=DEFAULT_RTOL if rtol is None else rtol, verify=not no_verify,
                             model_class=model_class, external_data=external_data or None, settings=settings,
-                            on_step=lambda message: status.update(f"{message}..."))
+                            framework_options=list(framework_options) or None, on_step=lambda message: status.update(f"{message}..."))
     if as_json:
         emit_json(result.to_dict())
         return

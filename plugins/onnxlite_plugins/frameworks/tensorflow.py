@@ -129,8 +129,7 @@ def _from_saved_model(path: Path, signature: str) -> TensorFlowSource:
     signatures = dict(getattr(loaded, "signatures", {}) or {})
     if signature not in signatures:
         have = ", ".join(sorted(signatures)) or "none"
-        # `onnxlite export` has no --option flag (yet): the option is reachable from Python.
-        hint = ("pick one with the tensorflow plugin's signature option (options={'signature': NAME})"
+        hint = ("pick one with --option signature=NAME (framework_options={'signature': NAME} in Python)"
                 if signatures else
                 "save it with tf.saved_model.save(obj, path, signatures=...) or Keras model.export(path)")
         raise UsageError(f"{path}: the SavedModel has no {signature!r} signature (signatures: {have}); {hint}")
