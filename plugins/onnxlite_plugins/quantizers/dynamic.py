@@ -73,6 +73,19 @@ def run_quantize_dynamic(model: str | Path, output: Path, options: Mapping[str, 
         )
 
 
+def run_excluding(model: str | Path, output: Path, options: Mapping[str, Any], targets: Iterable[Any],
+                  exclude: list[str], external_data: bool) -> None:
+    """``run_quantize_dynamic`` with ``exclude`` honoured for Gemm nodes too.
+
+    onnxruntime splits each Gemm into "<name>_MatMul" + "<name>_Add" before it
+    checks the exclusion list, so an excluded Gemm must be listed under its
+    MatMul's new name as well (onnxruntime 1.32).
+    """
+    gemms = {n.name for n in targets if n.op_type == "Gemm"}
+    run_quantize_dynamic(model, output, options, exclude + [f"{n}_MatMul" for n in exclude if n in gemms],
+                         external_data)
+
+
 def uses_external_data(model: Any) -> bool:
     from onnx.external_data_helper import _get_all_tensors, uses_external_data as uses
 
@@ -109,11 +122,7 @@ class DynamicQuantizer:
         if not targets:
             context.warn(f"the model has no {'/'.join(op_types)} nodes: nothing to quantize "
                          f"(it has {', '.join(sorted({n.op_type for n in proto.graph.node})[:12])})")
-        # onnxruntime splits each Gemm into "<name>_MatMul" + "<name>_Add" before it checks the exclusion list,
-        # so an excluded Gemm must be listed under its MatMul's new name too (onnxruntime 1.32).
-        gemms = {n.name for n in targets if n.op_type == "Gemm"}
-        run_quantize_dynamic(model, output, options, exclude + [f"{n}_MatMul" for n in exclude if n in gemms],
-                             uses_external_data(proto))
+        run_excluding(model, output, options, targets, exclude, uses_external_data(proto))
         scheme = "per-channel" if options["per_channel"] else "per-tensor"
         notes = [f"{scheme} {options['weight_type']} weights on {', '.join(op_types)}"
                  + (", 7-bit range" if options["reduce_range"] else "")]

@@ -36,7 +36,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeContext, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import common_options, expand_node_patterns, run_quantize_dynamic, uses_external_data
+from .dynamic import common_options, expand_node_patterns, run_excluding, uses_external_data
 from .static import CalibrationReader
 
 OP_TYPES = ("MatMul", "Gemm", "Gather")
@@ -203,10 +203,7 @@ class SmoothQuantQuantizer:
         smoothed = smooth(proto, groups, maxima, alpha)
         work = context.workdir or output.parent
         staged = save_model(proto, Path(work) / "smoothed.onnx", external_data=external or None)
-        # An excluded Gemm is renamed "<name>_MatMul" by onnxruntime before it reads the list (see dynamic).
-        gemms = {n.name for n in targets if n.op_type == "Gemm"}
-        run_quantize_dynamic(staged, output, options, exclude + [f"{n}_MatMul" for n in exclude if n in gemms],
-                             external)
+        run_excluding(staged, output, options, targets, exclude, external)
         scheme = "per-channel" if options["per_channel"] else "per-tensor"
         notes = [f"smoothed {len(smoothed)} activation(s) at alpha {alpha:g} from {seen} calibration samples",
                  f"{scheme} {options['weight_type']} weights on {', '.join(op_types)}"]

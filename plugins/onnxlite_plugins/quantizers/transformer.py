@@ -21,7 +21,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import common_options, expand_node_patterns, run_quantize_dynamic, uses_external_data
+from .dynamic import common_options, expand_node_patterns, run_excluding, uses_external_data
 
 CONFIG_KEY = "onnxlite.transformers_config"
 
@@ -211,7 +211,7 @@ class TransformerQuantizer:
         targets = [n for n in inferred.graph.node if n.op_type in options["op_types"]]
         exclude = expand_node_patterns((n.name for n in targets), options["exclude"],
                                        what="fused " + "/".join(options["op_types"]) + " node")
-        run_quantize_dynamic(staged, output, options, exclude, external)
+        run_excluding(staged, output, options, targets, exclude, external)
         scheme = "per-channel" if options["per_channel"] else "per-tensor"
         notes.append(f"then {scheme} {options['weight_type']} dynamic quantization of "
                      f"{', '.join(options['op_types'])}")
