@@ -182,6 +182,61 @@ def test_idle_workers_are_paused_between_their_turns(models):
     assert not workers()   # all were resumed and told to exit at the end
 
 
+PARENT_SCRIPT = """
+import json, os, sys, time
+import onnxlite
+
+def progress(fraction, text):
+    if text.startswith("measuring"):
+        pids = [int(p.name) for p in __import__("pathlib").Path("/proc").glob("[0-9]*")
+                if p.name.isdigit() and _child(p)]
+        open(sys.argv[3], "w").write(json.dumps(pids))
+        time.sleep(600)   # killed here, with its workers paused
+
+def _child(proc):
+    try:
+        stat = (proc / "stat").read_text()
+        return int(stat.rsplit(") ", 1)[1].split()[1]) == os.getpid() and b"bench_worker" in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+onnxlite.bench([sys.argv[1], sys.argv[2]], batch=2, runs=50, warmup=1, runs_per_turn=1, progress=progress)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+def test_paused_workers_die_with_a_killed_parent(models, tmp_path):
+    """A paused worker cannot read EOF on stdin, so the kernel must end it when the parent dies."""
+    import signal
+    import subprocess
+    import time
+
+    script, pids_file = tmp_path / "parent.py", tmp_path / "pids.json"
+    script.write_text(PARENT_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script), str(models["fp32"]), str(models["int8"]), str(pids_file)])
+    try:
+        deadline = time.monotonic() + 120
+        while not pids_file.exists() or not pids_file.read_text():
+            assert parent.poll() is None and time.monotonic() < deadline, "the benchmark never started measuring"
+            time.sleep(0.05)
+        workers = json.loads(pids_file.read_text())
+        assert len(workers) == 2
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in workers):
+        assert time.monotonic() < deadline, {pid: _state(pid) for pid in workers}
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
 def test_memory_is_measured_in_separate_worker_processes(fp32_vs_int8):
     result, _ = fp32_vs_int8
     pids = {row.worker_pid for row in result.rows}

@@ -126,7 +126,28 @@ def unpack_batches(arrays: dict[str, Any]) -> list[dict[str, Any]]:
     return [batches[i] for i in sorted(batches)]
 
 
+def die_with_parent() -> None:
+    """Ask Linux to kill this worker when its parent dies.
+
+    The parent pauses idle workers (SIGSTOP).  A paused process never reads
+    the end of its stdin, so if the parent were killed outright the worker
+    would stay stopped forever; SIGKILL reaches it even then.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:   # the parent died before we asked
+        os._exit(1)
+
+
 def main() -> None:
+    die_with_parent()
     # The protocol owns the real stdout; anything a library prints goes to stderr instead.
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
