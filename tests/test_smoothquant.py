@@ -131,3 +131,26 @@ def test_bad_options_are_one_line_usage_errors(tmp_path):
     assert proc.stderr.strip().count("\n") == 0 and "needs calibration data" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert path.read_bytes() == before and not (tmp_path / "x.onnx").exists() and not (tmp_path / "y.onnx").exists()
+
+
+def test_models_too_big_to_serialize_go_through_external_data(tmp_path, monkeypatch):
+    """Above protobuf's 2 GB cap the activations are read from a temporary copy with external data."""
+    import onnxlite.activations as activations
+
+    path = outlier_model(tmp_path / "m.onnx")
+    inline = onnxlite.quantize(path, tmp_path / "inline.onnx", strategy="smoothquant", calibration=feeds(2))
+    monkeypatch.setattr(activations, "INLINE_LIMIT", 0)
+    scratch: list[str] = []
+    real_mkdtemp = __import__("tempfile").mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        made = real_mkdtemp(*args, **kwargs)
+        if kwargs.get("prefix") == "onnxlite-activations-":
+            scratch.append(made)
+        return made
+
+    monkeypatch.setattr("tempfile.mkdtemp", mkdtemp)
+    external = onnxlite.quantize(path, tmp_path / "external.onnx", strategy="smoothquant", calibration=feeds(2))
+    assert scratch and not any(Path(s).exists() for s in scratch)   # used, then removed
+    weights = lambda p: {i.name: i.raw_data for i in onnx.load(str(p)).graph.initializer}  # noqa: E731
+    assert weights(inline.path) == weights(external.path)

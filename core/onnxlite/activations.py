@@ -29,9 +29,18 @@ def expose(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
     return exposed
 
 
+#: Weights above this many bytes go through a temporary file with external data:
+#: a serialized protobuf cannot exceed 2 GB.
+INLINE_LIMIT = 1_800_000_000
+
+
 def iter_activations(model: onnx.ModelProto, names: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
                      threads: int | None = None) -> Iterator[dict[str, np.ndarray]]:
     """For each feed dict, the values of ``names`` (graph inputs are read from the feeds themselves)."""
+    import shutil
+    import tempfile
+
+    import onnx
     import onnxruntime as ort
 
     graph_inputs = {i.name for i in model.graph.input}
@@ -41,12 +50,25 @@ def iter_activations(model: onnx.ModelProto, names: Sequence[str], feeds: Iterab
     if threads:
         options.intra_op_num_threads = threads
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(expose(model, computed).SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    inputs = [i.name for i in session.get_inputs()]
-    for feed in feeds:
-        values = dict(zip(computed, session.run(computed, {k: feed[k] for k in inputs}) if computed else []))
-        yield {n: values[n] if n in values else feed[n] for n in names}
+    exposed = expose(model, computed)
+    scratch = None
+    try:
+        if sum(len(t.raw_data) for t in exposed.graph.initializer) < INLINE_LIMIT:
+            source = exposed.SerializeToString()
+        else:
+            scratch = tempfile.mkdtemp(prefix="onnxlite-activations-")
+            source = f"{scratch}/exposed.onnx"
+            onnx.save_model(exposed, source, save_as_external_data=True, all_tensors_to_one_file=True,
+                            location="exposed.onnx.data", size_threshold=1024)
+        del exposed
+        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        inputs = [i.name for i in session.get_inputs()]
+        for feed in feeds:
+            values = dict(zip(computed, session.run(computed, {k: feed[k] for k in inputs}) if computed else []))
+            yield {n: values[n] if n in values else feed[n] for n in names}
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def collect(model: onnx.ModelProto, names: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
