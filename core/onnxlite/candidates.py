@@ -65,6 +65,14 @@ def with_keep_float(candidate: Candidate, spec: Any, nodes: Sequence[str]) -> Ca
     return Candidate(name=name, strategy=candidate.strategy, options=options, keep_float=tuple(nodes))
 
 
+def _plugin_skip_reason(spec: Any, model: Any) -> str | None:
+    """The plugin's own word on whether it has anything to do; a broken check only costs a candidate."""
+    try:
+        return spec.skip_reason(model)
+    except Exception:  # noqa: BLE001 - a third party's check must not stop the search
+        return None
+
+
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
                      provider: str = "cpu") -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
@@ -74,10 +82,11 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
     user asked for it).  A strategy that needs calibration data is skipped
     when there is none, with the reason.
     """
-    from .graph_family import matches, model_family
+    from .graph_family import as_model, matches, model_family
     from .registry import get_registry
 
     registry = get_registry()
+    model = as_model(model)   # once, for the family and for the plugins' own checks
     family = model_family(model)
     wanted = list(dict.fromkeys(strategies)) if strategies else None
     entries = [registry.get("quantizer", name) for name in wanted] if wanted else registry.all("quantizer")
@@ -93,6 +102,8 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
                       "name it in --strategies to try it anyway")
         if reason is None and not wanted and spec.gpu_only_gain and provider == "cpu":
             reason = "mainly pays off on GPU providers; name it in --strategies to try it on the CPU"
+        if reason is None and not wanted and spec.skip_reason is not None:
+            reason = _plugin_skip_reason(spec, model)
         if reason is None and spec.needs_calibration and not has_calibration:
             reason = "needs calibration data (--calibration or --data)"
         if reason:

@@ -49,7 +49,7 @@ class WeightShare:
         return self.conv > 0 and self.conv_fraction >= CONV_HEAVY_SHARE
 
 
-def _as_model(model: Any) -> onnx.ModelProto:
+def as_model(model: Any) -> onnx.ModelProto:
     import onnx
 
     if isinstance(model, onnx.ModelProto):
@@ -80,7 +80,7 @@ def _all_nodes(model: onnx.ModelProto):
 
 def weight_share(model: Any) -> WeightShare:
     """How many weight elements sit in convolutions, in MatMul/Gemm, and elsewhere."""
-    model = _as_model(model)
+    model = as_model(model)
     sizes = _initializer_sizes(model)
     conv = matmul = 0
     used: set[str] = set()
@@ -121,7 +121,7 @@ def model_family(model: Any) -> set[str]:
     layer norms).  ``"conv"``: convolutions hold most of the weights.  ``"matmul"``:
     MatMul/Gemm hold weights.  An empty set means none of these fit (no weighted ops).
     """
-    model = _as_model(model)
+    model = as_model(model)
     ops: Counter[str] = Counter(node.op_type for node in _all_nodes(model))
     share = weight_share(model)
     family: set[str] = set()

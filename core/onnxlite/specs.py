@@ -119,6 +119,10 @@ class QuantizerSpec(Spec):
     (``static`` declares ``("transformer",)``: per-tensor activation ranges break
     attention masks and softmax).
     ``gpu_only_gain``: honest flag for strategies (fp16) that mostly pay off on GPUs.
+    ``skip_reason(model)``: optional, cheap (reads the ``onnx.ModelProto``, runs
+    nothing); returns why the strategy has nothing to do on this model, or None.
+    A search skips the strategy with that reason unless it is named (``int4``
+    on a model whose only linear layers are Gemm).
     """
 
     kind: ClassVar[str] = "quantizer"
@@ -128,6 +132,7 @@ class QuantizerSpec(Spec):
     grid: tuple[Mapping[str, Any], ...] = field(default_factory=lambda: ({},))
     gpu_only_gain: bool = False
     avoid: tuple[str, ...] = ()
+    skip_reason: Callable[[Any], str | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,11 @@ class Int4Quantizer:
         return "; ".join(parts) or "the model has no MatMul with a constant weight"
 
 
+def skip_reason(model) -> str | None:
+    found = survey(model, 32)
+    return None if found["eligible"] else "nothing to quantize: " + Int4Quantizer.why_nothing(found)
+
+
 @hookimpl
 def register_quantizers():
     return [
@@ -124,5 +129,6 @@ def register_quantizers():
                 Option("exclude", str, (), "MatMul node names or glob patterns to keep in float.", multiple=True),
             ),
             grid=({}, {"block_size": 128}, {"accuracy_level": 4}),
+            skip_reason=skip_reason,
         )
     ]
