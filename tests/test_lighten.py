@@ -91,8 +91,9 @@ def test_smoothquant_calibrates_on_the_split_and_its_recipe_replays(tiny_bert, t
     data = tmp_path / "tokens.npz"
     np.savez(data, input_ids=ids, attention_mask=mask, token_type_ids=np.zeros_like(ids))
 
+    budget = ["pooled_cosine_mean=3%", "pooled_cosine_min=6%"]
     result = onnxlite.lighten(str(tiny_bert), tmp_path / "out", data=str(data), strategies=["smoothquant"],
-                              max_drop="3%", runs=3)
+                              max_drop=budget, runs=3)
     assert [c.name for c in result.candidates] == [
         "smoothquant[alpha=0.5]", "smoothquant[alpha=0.65]", "smoothquant[alpha=0.8]"]
     assert result.winner is not None, result.message
@@ -104,6 +105,8 @@ def test_smoothquant_calibrates_on_the_split_and_its_recipe_replays(tiny_bert, t
 
     again = onnxlite.lighten(str(tiny_bert), tmp_path / "again", data=str(data), recipe=result.recipe_path, runs=3)
     assert (again.winner.strategy, again.winner.options) == (result.winner.strategy, result.winner.options)
+    # Both budgets come back from the recipe, not only the primary one.
+    assert again.budgets == result.budgets and len(result.budgets) == 2, again.budgets
     first, second = (onnx.load(str(p)) for p in (result.model_path, again.model_path))
     assert [n.op_type for n in first.graph.node] == [n.op_type for n in second.graph.node]
     # Same data, same split, same scales: the replayed weights are the same bytes.

@@ -254,8 +254,11 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         from .recipes import read_recipe
 
         chosen = read_recipe(recipe)
-        metric = metric or chosen.metric
-        max_drop = chosen.max_drop if max_drop is None else max_drop
+        if metric is None and chosen.metric:
+            # Every budgeted metric must be computed again, the primary first.
+            metric = [chosen.metric, *(k for k in chosen.budgets if k != chosen.metric)]
+        if max_drop is None:
+            max_drop = dict(chosen.budgets) if chosen.budgets else chosen.max_drop
         objective = chosen.objective if objective is None else objective
     max_drop = DEFAULT_MAX_DROP if max_drop is None else max_drop
     from .metrics import check_budget_values
@@ -514,7 +517,8 @@ class _Search:
             publish_model(result.winner.path, staged / "model.onnx")
             recipe = Recipe(strategy=result.winner.strategy, options=result.winner.options,
                             excluded_nodes=tuple(result.winner.keep_float), metric=self.judge.primary,
-                            max_drop=self.judge.budgets.get(self.judge.primary), objective=result.objective,
+                            max_drop=self.judge.budgets.get(self.judge.primary),
+                            budgets=dict(self.judge.budgets), objective=result.objective,
                             provider=self.settings.provider, framework=self.framework,
                             inputs=tuple(str(s) for s in self.specs))
             write_text(staged / "recipe.toml", recipe.to_toml())

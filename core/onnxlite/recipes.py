@@ -25,6 +25,8 @@ class Recipe:
     excluded_nodes: tuple[str, ...] = ()
     metric: str | None = None
     max_drop: float | None = None
+    #: every budget the search held (primary included), by metric key
+    budgets: Mapping[str, float] = field(default_factory=dict)
     objective: str = "latency"
     provider: str = "cpu"
     framework: str | None = None
@@ -40,6 +42,8 @@ class Recipe:
                                           ("objective", self.objective)) if v is not None},
             "runtime": {"provider": self.provider},
         }
+        if self.budgets:
+            doc["budget"]["max_drops"] = {k: float(v) for k, v in self.budgets.items()}
         if self.excluded_nodes:
             doc["strategy"]["excluded_nodes"] = list(self.excluded_nodes)
         if self.framework or self.inputs:
@@ -77,12 +81,16 @@ def read_recipe(path: str | os.PathLike[str]) -> Recipe:
         raise UsageError(f"--recipe {path}: missing [strategy] name")
     budget = doc.get("budget", {})
     source = doc.get("source", {})
+    budgets = budget.get("max_drops", {})
+    if not isinstance(budgets, dict) or not all(isinstance(v, (int, float)) for v in budgets.values()):
+        raise UsageError(f"--recipe {path}: [budget.max_drops] must map metric keys to numbers")
     return Recipe(
         strategy=strategy["name"],
         options=dict(strategy.get("options", {})),
         excluded_nodes=tuple(strategy.get("excluded_nodes", ())),
         metric=budget.get("metric"),
         max_drop=budget.get("max_drop"),
+        budgets={str(k): float(v) for k, v in budgets.items()},
         objective=budget.get("objective", "latency"),
         provider=doc.get("runtime", {}).get("provider", "cpu"),
         framework=source.get("framework"),
