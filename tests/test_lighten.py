@@ -258,9 +258,9 @@ def test_interrupt_leaves_the_previous_outdir_intact(mlp_ref, tmp_path):
 def test_pick_winner_treats_noise_level_latency_differences_as_ties():
     from onnxlite.lightening import CandidateRow, pick_winner
 
-    def row(name, size, p50, p90, status="ok"):
+    def row(name, size, p50, p90, status="ok", drop=0.0):
         return CandidateRow(name=name, strategy=name, options={}, status=status, size_bytes=size,
-                            latency_ms={"p50": p50, "p90": p90, "p99": p90, "mean": p50})
+                            latency_ms={"p50": p50, "p90": p90, "p99": p90, "mean": p50}, drops={"m": drop})
 
     big_fast = row("big", 56, 280.0, 282.0)
     small = row("small", 22, 285.0, 287.0)
@@ -275,3 +275,10 @@ def test_pick_winner_treats_noise_level_latency_differences_as_ties():
     assert pick_winner([big_fast, small], objective="size").name == "small"
     # Nobody beats fp32: the smallest one within budget wins.
     assert pick_winner([big_fast, small], baseline_p50=250.0).name == "small"
+    # A tie on speed and on size (within 1%) goes to the more accurate one, whatever the objective.
+    rough, exact = row("rough", 1000, 100.0, 101.0, drop=0.006), row("exact", 1004, 101.0, 102.0, drop=0.002)
+    for objective in ("latency", "size"):
+        assert pick_winner([rough, exact], objective, primary="m").name == "exact"
+        assert pick_winner([rough, exact], objective).name == "rough"   # no primary metric: size, then speed
+    # Accuracy never outweighs a real difference in size.
+    assert pick_winner([rough, row("exact", 1100, 100.0, 101.0, drop=0.0)], primary="m").name == "rough"

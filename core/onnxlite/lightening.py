@@ -15,6 +15,7 @@ replaced, with ``force``) only at the end: an interrupted run leaves OUTDIR as i
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -172,11 +173,13 @@ def _write_calibration(dataset: Any, target: Path) -> Path:
 # -- picking --------------------------------------------------------------------------------------------------
 
 def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
-                baseline_p50: float | None = None) -> CandidateRow | None:
+                baseline_p50: float | None = None, primary: str | None = None) -> CandidateRow | None:
     """Fastest within budget (p50 ties within 3% go to the smaller), or smallest with ``objective="size"``.
 
     When no candidate beats the float model's latency (``baseline_p50``) by more than the
-    tie margin, speed cannot decide and the smallest one wins.
+    tie margin, speed cannot decide and the smallest one wins.  Candidates that tie on
+    speed and on size (within 1%) are told apart by accuracy: the smallest drop on the
+    ``primary`` metric wins.
     """
     eligible = [r for r in rows if r.status in {"ok", "winner"} and r.latency_ms]
     if not eligible:
@@ -185,12 +188,21 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
     margin = latency_margin(best)
     if objective == "latency" and baseline_p50 and best.p50 > baseline_p50 * (1 - margin):
         objective = "size"
+
+    def drop(row: CandidateRow) -> float:
+        value = row.drops.get(primary) if primary else None
+        return value if value is not None and math.isfinite(value) else math.inf
+
     if objective == "size":
         smallest = min(r.size_bytes or 0 for r in eligible)
         tied = [r for r in eligible if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
-        return min(tied, key=lambda r: (r.p50, r.size_bytes or 0))
+        fastest = min(r.p50 for r in tied)
+        tied = [r for r in tied if r.p50 <= fastest * (1 + margin)]
+        return min(tied, key=lambda r: (drop(r), r.p50, r.size_bytes or 0))
     tied = [r for r in eligible if r.p50 <= best.p50 * (1 + margin)]
-    return min(tied, key=lambda r: (r.size_bytes or 0, r.p50))
+    smallest = min(r.size_bytes or 0 for r in tied)
+    tied = [r for r in tied if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
+    return min(tied, key=lambda r: (drop(r), r.size_bytes or 0, r.p50))
 
 
 def latency_margin(row: CandidateRow) -> float:
@@ -469,12 +481,14 @@ class _Search:
     # 6. pick and explain
     def finish(self, objective: str, out: Path, recipe: Any) -> LightenResult:
         base_p50 = self.baseline.p50
-        winner = pick_winner(self.rows, objective, base_p50 if self.baseline.latency_ms else None)
+        winner = pick_winner(self.rows, objective, base_p50 if self.baseline.latency_ms else None,
+                             self.judge.primary)
         if winner is not None and objective == "latency" and winner.p50 > base_p50 * (1 - latency_margin(winner)):
             self.notes.append("no candidate was measurably faster than fp32, so the smallest one within budget won")
             basis = "size"
         else:
             basis = objective
+        primary = self.judge.primary
         for row in self.rows:
             if row is winner:
                 row.status = "winner"
@@ -483,7 +497,9 @@ class _Search:
                 slower = row.p50 / winner.p50 if winner.p50 else float("nan")
                 row.reason = (f"within budget, but {slower:.2f}x the winner's latency and "
                               f"{(row.size_bytes or 0) / max(1, winner.size_bytes or 1):.2f}x its size")
-        primary = self.judge.primary
+                mine, theirs = row.drops.get(primary), winner.drops.get(primary)
+                if mine is not None and theirs is not None and mine > theirs:
+                    row.reason += f"; its {primary} drop is larger ({mine:.4g} vs {theirs:.4g})"
         if winner is not None:
             drop = winner.drops.get(primary, float("nan"))
             message = (f"winner: {winner.name}: {_ratio(self.baseline.size_bytes, winner.size_bytes)} smaller, "
