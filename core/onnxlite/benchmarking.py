@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 TURN_SECONDS = 0.05
 #: ... but every model gets at least this many turns, so the interleaving means something
 MIN_TURNS = 10
+#: Pause (SIGSTOP) the workers that are not taking their turn; see _WorkerProcess.timed_turn.
+#: benchmarks/worker_isolation.py turns it off to measure what it is worth.
+PAUSE_IDLE_WORKERS = True
 #: with --data, the worker cycles through at most this many batches of real samples
 MAX_DATA_BATCHES = 32
 
@@ -374,8 +377,8 @@ class _WorkerProcess:
         onnxruntime's intra-op threads keep spinning for a while after a run
         returns, waiting for more work.  In an interleaved benchmark the next
         run belongs to another worker, and those spinning threads take its
-        cores: on 2 cores that added 30-40% to every all-MiniLM-L6-v2 run
-        (fp32 151 ms instead of 125, dynamic int8 80 ms instead of 53) and
+        cores: on 2 cores all-MiniLM-L6-v2 fp32 took 166 ms instead of 137
+        and int8 90 instead of 60 (benchmarks/worker_isolation.py), which
         squeezed every ratio toward 1.  Stopping the idle workers keeps the
         spinning inside each turn, where back-to-back runs of a deployed model
         see it too; ``session.force_spinning_stop`` would have stopped that as
@@ -384,7 +387,7 @@ class _WorkerProcess:
         try:
             return self.try_request({"cmd": "run", "n": n})
         finally:
-            if self._signal("SIGSTOP"):
+            if PAUSE_IDLE_WORKERS and self._signal("SIGSTOP"):
                 self._wait_stopped()
 
     def _signal(self, name: str) -> bool:
