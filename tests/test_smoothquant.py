@@ -154,3 +154,25 @@ def test_models_too_big_to_serialize_go_through_external_data(tmp_path, monkeypa
     assert scratch and not any(Path(s).exists() for s in scratch)   # used, then removed
     weights = lambda p: {i.name: i.raw_data for i in onnx.load(str(p)).graph.initializer}  # noqa: E731
     assert weights(inline.path) == weights(external.path)
+
+
+def test_a_matmul_reading_a_graph_input_is_smoothed_too(tmp_path):
+    """The activation can be the model's own input: its maxima come from the feeds, its Mul goes first."""
+    w = rng.standard_normal((64, 8)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "direct",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+                              [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "direct.onnx"
+    onnx.save(model, str(path))
+    batches = [{"x": f["x"] * GAIN} for f in feeds(3)]   # outlier channels straight in the input
+    groups = smoothing_targets(model, ["MatMul"], exclude=[])
+    maxima, _ = activation_maxima(model, list(groups), batches, batch_size=16, limit=0)
+    np.testing.assert_allclose(maxima["x"], np.abs(np.concatenate([b["x"] for b in batches])).max(0))
+    assert smooth(model, groups, maxima, alpha=0.5) == ["x"]
+    assert [n.op_type for n in model.graph.node] == ["Mul", "MatMul"]
+    onnx.checker.check_model(model)
+    held = [{"x": f["x"] * GAIN} for f in feeds(2, seed=4)]
+    np.testing.assert_allclose(run(model, held)[0][0], run(path, held)[0][0], rtol=1e-4, atol=1e-4)
