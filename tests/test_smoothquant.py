@@ -176,3 +176,18 @@ def test_a_matmul_reading_a_graph_input_is_smoothed_too(tmp_path):
     onnx.checker.check_model(model)
     held = [{"x": f["x"] * GAIN} for f in feeds(2, seed=4)]
     np.testing.assert_allclose(run(model, held)[0][0], run(path, held)[0][0], rtol=1e-4, atol=1e-4)
+
+
+def test_external_data_in_gives_the_same_model_out(tmp_path):
+    path = outlier_model(tmp_path / "m.onnx")
+    external = tmp_path / "ext" / "m.onnx"
+    external.parent.mkdir()
+    onnx.save_model(onnx.load(str(path)), str(external), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.onnx.data", size_threshold=0)
+    inline = onnxlite.quantize(path, tmp_path / "inline.onnx", strategy="smoothquant", calibration=feeds(2))
+    split = onnxlite.quantize(external, tmp_path / "ext" / "out.onnx", strategy="smoothquant", calibration=feeds(2))
+    assert split.details["smoothed_activations"] == inline.details["smoothed_activations"] == 2
+    held = feeds(2, seed=6)
+    for a, b in zip(run(inline.path, held), run(split.path, held)):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)

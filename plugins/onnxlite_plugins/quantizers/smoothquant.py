@@ -187,8 +187,12 @@ class SmoothQuantQuantizer:
         op_types = list(options["op_types"])
         if not op_types:
             raise UsageError("--option op_types: give at least one operator type, e.g. MatMul,Gemm")
-        proto = onnx.load(str(model))
-        external = uses_external_data(onnx.load(str(model), load_external_data=False))
+        proto = onnx.load(str(model), load_external_data=False)
+        external = uses_external_data(proto)
+        if external:   # the weights are rescaled, so they must be in memory; read the file once
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(proto, str(Path(model).parent))
         targets = [n for n in proto.graph.node if n.op_type in op_types]
         exclude = expand_node_patterns((n.name for n in targets), options["exclude"],
                                        what="/".join(op_types) + " node")
