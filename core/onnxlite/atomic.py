@@ -21,12 +21,29 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp_path
         # mkstemp creates files readable by the owner only; give the result the usual umask permissions.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, target)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process umask.
+
+    Reading it with ``os.umask`` means setting it for a moment, and a file
+    another thread created in that moment would get that mode; Linux reports
+    it in /proc without touching it.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text(target: str | os.PathLike[str], text: str) -> Path:

@@ -298,9 +298,4 @@ def write_report(report: Report, directory: str | os.PathLike[str]) -> dict[str,
     write_text(paths["json"], json.dumps(report.to_dict(), indent=2) + "\n")
     write_text(paths["md"], render_markdown(report))
     write_text(paths["html"], render_html(report))
-    # Temporary files are created 0600; a report is meant to be shared, so honour the umask instead.
-    mask = os.umask(0)
-    os.umask(mask)
-    for path in paths.values():
-        os.chmod(path, 0o666 & ~mask)
     return paths
