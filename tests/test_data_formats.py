@@ -185,6 +185,12 @@ def test_bad_paths_and_options(tmp_path, digits):
         load_data(tmp_path / "d.npz", IMAGE, {"max_lenght": "4"})
     with pytest.raises(UsageError, match="max_length: expected int"):
         load_data(tmp_path / "d.npz", IMAGE, {"max_length": "four"})
+    # Every command spells option names with dashes or underscores alike.
+    from onnxlite.data import parse_data_options
+
+    assert parse_data_options({"max-length": "4"})["max_length"] == 4
+    with pytest.raises(UsageError, match="unknown data option 'max-lenght' .did you mean max_length"):
+        parse_data_options({"max-lenght": "4"})
     with pytest.raises(UsageError, match="one input; this model has 3"):
         (tmp_path / "imgs").mkdir()
         pytest.importorskip("PIL.Image").new("L", (8, 8)).save(tmp_path / "imgs" / "a.png")

@@ -63,12 +63,13 @@ def parse_data_options(options: Mapping[str, Any] | None, where: str = "data") -
     """Typed values for :data:`DATA_OPTIONS` (defaults filled in); unknown keys are a UsageError."""
     known = {o.name: o for o in DATA_OPTIONS}
     parsed = {o.name: o.default for o in DATA_OPTIONS}
-    for key, raw in (options or {}).items():
+    for given, raw in (options or {}).items():
+        key = str(given).replace("-", "_")   # the command line spells them either way
         option = known.get(key)
         if option is None:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(known)})"
-            raise UsageError(f"{where}: unknown data option {key!r}{hint}")
+            raise UsageError(f"{where}: unknown data option {given!r}{hint}")
         try:
             parsed[key] = option.parse(raw)
         except ValueError as exc:

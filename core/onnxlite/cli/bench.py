@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import OnnxliteError
-from .common import console, emit_json, is_tty, json_option, session_options, session_settings
+from .common import console, emit_json, is_tty, json_option, option_pairs, session_options, session_settings
 
 
 @click.command()
@@ -47,8 +47,8 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
     err = console(stderr=True)
     with _progress(err, enabled=is_tty()) as update:
         result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=runs, warmup=warmup, seconds=seconds,
-                           settings=settings, data=data,
-                           data_options=_pairs(data_options), names=list(names) or None, progress=update)
+                           settings=settings, data=data, data_options=option_pairs(data_options, "--data-option"),
+                           names=list(names) or None, progress=update)
     report = result.to_report(title)
     written = write_report(report, report_dir) if report_dir else {}
     if as_json:
@@ -93,7 +93,3 @@ class _progress:
             self.bar.stop()
 
 
-def _pairs(pairs: tuple[str, ...]) -> dict[str, str]:
-    from .common import _split_pair
-
-    return dict(_split_pair(p, "--data-option") for p in pairs)

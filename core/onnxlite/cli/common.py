@@ -86,6 +86,11 @@ def parse_options(spec: Spec, pairs: Iterable[str] | Mapping[str, Any], flag: st
     return values
 
 
+def option_pairs(pairs: Iterable[str], flag: str) -> dict[str, str]:
+    """``["key=value", ...]`` from a repeatable flag as a dict; a malformed item is a usage error."""
+    return dict(_split_pair(p, flag) for p in pairs)
+
+
 def _split_pair(pair: str, flag: str) -> tuple[str, str]:
     key, sep, value = pair.partition("=")
     if not sep or not key.strip():

@@ -44,10 +44,10 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     accuracy, and the value itself for absolute differences (docs/metrics.md).
     """
     from ..comparing import compare as run_compare
-    from .common import _split_pair, console
+    from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
-    options = dict(_split_pair(p, "--data-option") for p in data_options) or None
+    options = option_pairs(data_options, "--data-option") or None
     err = console(stderr=True)
     with err.status("comparing...") as status:
         result = run_compare(reference, list(candidates), data=data, metrics=list(metrics) or None,

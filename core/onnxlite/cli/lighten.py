@@ -59,7 +59,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metr
     Exits 1 when nothing qualifies (the report is still written).
     """
     from ..lightening import lighten as run_lighten
-    from .common import _split_pair, console
+    from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
     progress = _Progress(console(stderr=True))
@@ -67,9 +67,9 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metr
         result = run_lighten(
             source, output_dir, framework=framework, inputs=list(inputs) or None, model_class=model_class,
             max_drop=list(max_drop) or None, metric=list(metrics) or None, data=data,
-            data_options=dict(_split_pair(p, "--data-option") for p in data_options),
+            data_options=option_pairs(data_options, "--data-option"),
             calibration=calibration,
-            calibration_options=dict(_split_pair(p, "--calibration-option") for p in calibration_options),
+            calibration_options=option_pairs(calibration_options, "--calibration-option"),
             settings=settings, strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
             partial=not no_partial, on_event=progress.event)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .common import console, emit_json, human_bytes, json_option
+from .common import console, emit_json, human_bytes, json_option, option_pairs
 
 STRATEGY_FLAGS = ("--strategy", "-s")
 
@@ -90,7 +90,7 @@ def quantize(model: str, output: str | None, strategy: str, options: tuple[str, 
     from ..quantizing import run_quantize
 
     err = console(stderr=True)
-    calib = dict(_pair(p, "--calibration-option") for p in calibration_options)
+    calib = option_pairs(calibration_options, "--calibration-option")
 
     def warn(message: str) -> None:
         if not as_json:
@@ -103,15 +103,6 @@ def quantize(model: str, output: str | None, strategy: str, options: tuple[str, 
         emit_json(result.to_dict())
         return
     _print_result(result)
-
-
-def _pair(pair: str, flag: str) -> tuple[str, str]:
-    from ..errors import UsageError
-
-    key, sep, value = pair.partition("=")
-    if not sep or not key.strip():
-        raise UsageError(f"{flag} {pair!r}: expected key=value")
-    return key.strip().replace("-", "_"), value
 
 
 def _fmt(value: Any) -> str:
