@@ -9,7 +9,7 @@ protocol on stdin/stdout:
     {"cmd": "load", "model": PATH, "feeds": NPZ, "settings": {...}}
         -> {"ok": true, "pid": ..., "load_seconds": ..., "baseline_rss_bytes": ..., "providers": [...]}
     {"cmd": "run", "n": K}      -> {"ok": true, "latencies_ms": [...]}   (K timed session runs)
-    {"cmd": "stats"}            -> {"ok": true, "peak_rss_bytes": ..., "rss_bytes": ...}
+    {"cmd": "stats"}            -> {"ok": true, "peak_rss_bytes": ...}
     {"cmd": "exit"}
 
 Failures answer ``{"ok": false, "error": MESSAGE, "usage": BOOL}``.  Latency is
@@ -44,14 +44,6 @@ def peak_rss_bytes() -> int:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def current_rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class Worker:
@@ -108,7 +100,7 @@ class Worker:
         return {"latencies_ms": latencies}
 
     def stats(self) -> dict[str, Any]:
-        return {"peak_rss_bytes": peak_rss_bytes(), "rss_bytes": current_rss_bytes()}
+        return {"peak_rss_bytes": peak_rss_bytes()}
 
 
 class _Usage(Exception):

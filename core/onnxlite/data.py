@@ -175,13 +175,6 @@ class Dataset:
     def arrays(self, value: Mapping[str, np.ndarray]) -> None:
         self._arrays, self._chunks, self._length = dict(value), None, None
 
-    @property
-    def names(self) -> list[str]:
-        if self._arrays is not None:
-            return list(self._arrays)
-        first = next(iter(self.chunks()), {})
-        return list(first)
-
     def chunks(self) -> Iterator[dict[str, Any]]:
         """The samples as the source holds them: one dict for an in-memory set, several for a streamed one."""
         if self._arrays is not None:
@@ -328,9 +321,7 @@ def _load_npz_folder(folder: Path, files: list[Path]) -> Dataset:
 
     def chunks() -> Iterator[dict[str, Any]]:
         for file in files:
-            arrays, labels = _load_npz(file)
-            if labels is not None:
-                arrays[LABELS_KEY] = labels
+            arrays, _ = _load_npz(file)   # labels are read once for the whole folder, below
             yield arrays
 
     label_parts = []

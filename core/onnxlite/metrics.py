@@ -45,13 +45,6 @@ class ResolvedMetric:
         return f"{self.output}.{self.name}"
 
 
-def metric_spec(name: str):
-    """The registered spec for ``name`` (unknown names get a did-you-mean error)."""
-    from .registry import get_registry
-
-    return get_registry().get("metric", name)
-
-
 def _split_request(request: str, outputs: Sequence[str], known: Sequence[str]) -> tuple[str | None, str]:
     """``METRIC`` or ``OUTPUT.METRIC`` (output names may contain dots themselves)."""
     if request in known:

@@ -16,8 +16,8 @@ from typing import Any
 
 from .errors import UsageError
 
-_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_ATTR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+#: a dotted Python name: a module path, or an attribute path inside the module
+_DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def is_python_ref(text: str) -> bool:
@@ -26,15 +26,15 @@ def is_python_ref(text: str) -> bool:
     if ":" not in text or Path(text).exists():
         return False
     left, _, right = text.rpartition(":")
-    if not _ATTR_RE.match(right):
+    if not _DOTTED_RE.match(right):
         return False
-    return left.endswith(".py") or bool(_MODULE_RE.match(left))
+    return left.endswith(".py") or bool(_DOTTED_RE.match(left))
 
 
 def load_python_ref(ref: str, what: str = "source") -> Any:
     """Import the module (or execute the file) and return the named attribute."""
     left, _, attr = str(ref).rpartition(":")
-    if not left or not _ATTR_RE.match(attr):
+    if not left or not _DOTTED_RE.match(attr):
         raise UsageError(f"{what} {ref!r}: expected path/to/file.py:name or package.module:name")
     if left.endswith(".py"):
         path = Path(left)

@@ -112,17 +112,6 @@ def applicable_strategies(model: Any, available_only: bool = True) -> list[Regis
     return [r for r in found if r.available] if available_only else found
 
 
-def describe_options(spec: QuantizerSpec) -> list[str]:
-    """One line per option: ``name=TYPE (default X)  help``."""
-    lines = []
-    for option in spec.options:
-        default = option.default
-        if isinstance(default, (list, tuple)):
-            default = ",".join(str(d) for d in default) or "none"
-        lines.append(f"{option.name}={option.describe_type()} (default: {default})  {option.help}".rstrip())
-    return lines
-
-
 @contextlib.contextmanager
 def quiet_root_logging(level: int = logging.ERROR, *names: str) -> Iterator[None]:
     """Silence onnxruntime's tooling while it runs: it logs generic advice on the root logger

@@ -24,7 +24,6 @@ from .atomic import write_text
 if TYPE_CHECKING:
     from rich.table import Table
 
-STATUSES = ("ok", "failed", "rejected", "winner", "reference")
 LATENCY_KEYS = ("p50", "p90", "p99", "mean")
 REPORT_FILES = {"html": "report.html", "json": "report.json", "md": "report.md"}
 #: the rich style of each status, reused by the HTML palette in report_html

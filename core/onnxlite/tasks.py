@@ -165,8 +165,7 @@ def _crash_message(returncode: int, stderr: str) -> str:
 
 
 def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1,
-              on_start: Callable[[Mapping[str, Any]], None] | None = None,
-              timeout: float | None = None) -> Iterator[TaskResult]:
+              on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:
     """Run ``tasks`` in subprocesses, at most ``workers`` at a time; yield results as they finish."""
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -190,9 +189,6 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
             for index in list(running):
                 proc, task, result_file, log, began = running[index]
                 code = proc.poll()
-                if code is None and timeout and time.monotonic() - began > timeout:
-                    proc.kill()
-                    code = proc.wait()
                 if code is None:
                     continue
                 del running[index]

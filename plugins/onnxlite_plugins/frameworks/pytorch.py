@@ -33,7 +33,6 @@ DEFAULT_EXPORTER = "torchscript"
 _SUFFIXES = {".pt", ".pth", ".pt2", ".ts", ".torchscript", ".jit"}
 _HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                "pytorch_model.bin.index.json")
-_TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def detect(source: str) -> bool:

@@ -76,10 +76,6 @@ class OrtProvider:
             chosen.append((CPU, {}))
         return chosen
 
-    def fast_for(self, fmt: str) -> bool:
-        """Whether this provider declares ``fmt`` (fp32, fp16, qdq, qoperator, int4) as a format it runs fast."""
-        return fmt in self.spec.fast_formats
-
 
 def _spec(name: str, ort_name: str, description: str, packages: tuple[str, ...], fast: tuple[str, ...],
           provider_options: dict[str, Any] | None = None, platforms: tuple[str, ...] = (),

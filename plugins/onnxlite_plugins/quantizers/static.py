@@ -109,9 +109,6 @@ class CalibrationReader:
             self._iter, self._pos = None, 0
         self._start, self._end = start_index, end_index
 
-    def rewind(self) -> None:
-        self._iter, self._pos, self._start, self._end = None, 0, 0, None
-
     def get_next(self) -> dict[str, Any] | None:
         if self._iter is None:
             self._iter, self._pos = self._all_batches(), 0
