@@ -8,7 +8,7 @@ and strategies use :func:`weight_share` to warn when they are the wrong tool
 from __future__ import annotations
 
 import os
-from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -97,7 +97,7 @@ def weight_share(model: Any) -> WeightShare:
     return WeightShare(conv=conv, matmul=matmul, other=other)
 
 
-def _is_transformer(model: onnx.ModelProto, ops: Counter[str]) -> bool:
+def _is_transformer(model: onnx.ModelProto, ops: Mapping[str, int]) -> bool:
     if FUSED_TRANSFORMER_OPS & set(ops):
         return True
     if not ops.get("Softmax"):
@@ -122,7 +122,9 @@ def model_family(model: Any) -> set[str]:
     MatMul/Gemm hold weights.  An empty set means none of these fit (no weighted ops).
     """
     model = as_model(model)
-    ops: Counter[str] = Counter(node.op_type for node in _all_nodes(model))
+    from .modelio import op_counts
+
+    ops = op_counts(model)
     share = weight_share(model)
     family: set[str] = set()
     if _is_transformer(model, ops):

@@ -61,7 +61,7 @@ class QuantizeResult:
         data["path"] = str(self.path)
         data["source"] = str(self.source) if self.source else None
         data["ratio"] = round(self.ratio, 4)
-        data["options"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.options.items()}
+        data["options"] = _plain_options(self.options)
         return data
 
 
@@ -135,19 +135,15 @@ def default_output(model: Path, strategy_name: str) -> Path:
 
 
 def _check_input(model: Path) -> onnx.ModelProto:
-    from .modelio import is_quantized, load_model, quantized_ops
+    from .modelio import get_metadata, is_quantized, load_model, quantized_ops
 
     proto = load_model(model, load_external_data=False)
     if is_quantized(proto):
         ops = quantized_ops(proto)
         why = (f"it already has {', '.join(f'{n} {op}' for op, n in ops.items())}" if ops
-               else f"its metadata says it came from strategy {_meta(proto, STRATEGY_KEY)!r}")
+               else f"its metadata says it came from strategy {get_metadata(proto).get(STRATEGY_KEY)!r}")
         raise UsageError(f"{model}: already quantized ({why}); quantize the float model instead")
     return proto
-
-
-def _meta(proto: onnx.ModelProto, key: str) -> str | None:
-    return next((p.value for p in proto.metadata_props if p.key == key), None)
 
 
 def _plain_options(options: Mapping[str, Any]) -> dict[str, Any]:

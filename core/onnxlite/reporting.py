@@ -152,8 +152,10 @@ def _jsonable(value: Any) -> Any:
 # -- formatting shared by the table, markdown and HTML ---------------------------------------------
 
 def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
+    return "-" if n is None else human_bytes(n)
+
+
+def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -98,13 +98,5 @@ def _split_pair(pair: str, flag: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
 def is_tty() -> bool:
     return sys.stderr.isatty()

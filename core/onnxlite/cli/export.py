@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .common import console, emit_json, human_bytes, json_option, session_options, session_settings
+from ..reporting import human_bytes
+from .common import console, emit_json, json_option, session_options, session_settings
 
 
 @click.command()

@@ -95,7 +95,7 @@ def _table(result: Any) -> Any:
     from rich.table import Table
 
     from ..reporting import STATUS_STYLES
-    from .common import human_bytes
+    from ..reporting import human_bytes
 
     primary = result.primary_metric
     base = result.baseline

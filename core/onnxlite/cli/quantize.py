@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from .common import console, emit_json, human_bytes, json_option, option_pairs
+from ..reporting import human_bytes
+from .common import console, emit_json, json_option, option_pairs
 
 STRATEGY_FLAGS = ("--strategy", "-s")
 
