@@ -43,13 +43,11 @@ def iter_activations(model: onnx.ModelProto, names: Sequence[str], feeds: Iterab
     import onnx
     import onnxruntime as ort
 
+    from .runtime import SessionSettings, session_options
+
     graph_inputs = {i.name for i in model.graph.input}
     computed = [n for n in names if n not in graph_inputs]
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options = session_options(SessionSettings(threads=threads, graph_optimization="disable"))
     exposed = expose(model, computed)
     scratch = None
     try:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from onnxlite import FrameworkSpec, UsageError, hookimpl
+from onnxlite import FrameworkSpec, hookimpl
 
 
 def detect(source: str) -> bool:
@@ -56,11 +56,7 @@ class OnnxExporter:
         from onnxlite.modelio import check_model
 
         path = Path(source)
-        if not path.exists():
-            raise UsageError(f"{source}: no such file")
-        if path.is_dir():
-            raise UsageError(f"{source}: is a folder, expected an .onnx file")
-        check_model(path)
+        check_model(path)   # a missing file or a folder is a one-line error from here too
         return OnnxSource(path, options.get("settings"))
 
 

@@ -28,8 +28,9 @@ def _np():
 
 
 def _is_float(array: Any) -> bool:
-    np = _np()
-    return np.issubdtype(np.asarray(array).dtype, np.floating)
+    from onnxlite.numerics import is_floating   # numpy only once a metric runs
+
+    return is_floating(array)
 
 
 def _is_logits(reference: Any) -> bool:

@@ -162,7 +162,6 @@ def _match_nodes(patterns: Iterable[str], names: list[str]) -> tuple[list[str], 
 class StaticQuantizer:
     def quantize(self, model: Path, output: Path, options: Mapping[str, Any],
                  context: QuantizeContext) -> QuantizeOutcome:
-        import logging
 
         import onnx
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -187,7 +186,9 @@ class StaticQuantizer:
                 context.warn(f"static: pre-processing failed, quantizing the model as is "
                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})")
                 prepared = Path(model)
-            graph = onnx.load(str(prepared), load_external_data=False).graph
+            prepared_proto = onnx.load(str(prepared), load_external_data=False)
+            graph = prepared_proto.graph
+            specs = specs_from_onnx(prepared_proto)
             node_names = [n.name for n in graph.node]
 
             per_channel = opts["per_channel"]
@@ -198,12 +199,12 @@ class StaticQuantizer:
                 context.warn(f"static: exclude {pattern!r} matches no node of the model")
 
             histogram = method in HISTOGRAM_METHODS
-            first_dims = [s.shape[0] for s in specs_from_onnx(prepared) if s.shape]
+            first_dims = [s.shape[0] for s in specs if s.shape]
             fixed_batch = any(isinstance(d, int) for d in first_dims)
             batch_size = 1 if (histogram or fixed_batch) else max(1, int(opts["calibration_batch_size"]))
             samples = max(0, int(opts["calibration_samples"]))
             reader = CalibrationReader(context.calibration, batch_size, samples, uniform=histogram,
-                                       names=[s.name for s in specs_from_onnx(prepared)])
+                                       names=[s.name for s in specs])
             chunk_batches = max(1, int(opts["chunk"]) // batch_size)
             batches = len(reader)
             if batches == 0:
@@ -228,13 +229,12 @@ class StaticQuantizer:
                 context.warn("static: Distribution calibration is meant for float8 types; with int8 it can "
                              "cost a lot of accuracy (compare the result before keeping it)")
             quantized = work / "quantized.onnx"
-            # quantize_static logs a pre-processing hint at WARNING even after quant_pre_process ran.
-            root = logging.getLogger()
-            level = root.level
-            root.setLevel(logging.ERROR)
+            from onnxlite.quantizing import quiet_root_logging
+
             try:
-                # The histogram calibrators print progress to stdout, which must stay clean for --json.
-                with contextlib.redirect_stdout(sys.stderr):
+                # quantize_static logs a pre-processing hint at WARNING even after quant_pre_process ran, and
+                # the histogram calibrators print progress to stdout, which must stay clean for --json.
+                with quiet_root_logging(), contextlib.redirect_stdout(sys.stderr):
                     quantize_static(
                         str(prepared), str(quantized), reader,
                         quant_format=QuantFormat.QDQ if opts["format"] == "QDQ" else QuantFormat.QOperator,
@@ -254,8 +254,6 @@ class StaticQuantizer:
             except Exception as exc:
                 raise OnnxliteError(f"static: quantize_static failed ({type(exc).__name__}: "
                                     f"{' '.join(str(exc).split())[:300]})") from exc
-            finally:
-                root.setLevel(level)
 
             from onnxlite.modelio import publish_model
 
