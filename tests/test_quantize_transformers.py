@@ -136,3 +136,13 @@ def test_transformer_settings_from_export_metadata_and_fusion_only(bert, referen
     np.testing.assert_allclose(run(result.path, feeds), ref, atol=1e-3, rtol=1e-3)  # fusion alone is exact-ish
     with pytest.raises(onnxlite.UsageError, match="model_type=roberta_xl: onnxruntime's optimizer knows"):
         onnxlite.quantize(bert, tmp_path / "x.onnx", strategy="transformer", model_type="roberta_xl")
+
+
+def test_every_int8_strategy_refuses_an_empty_op_types(bert, tmp_path):
+    """quantize_dynamic reads an empty list as "every type it knows"; none of our strategies passes one on."""
+    calibration = [padded_feeds(4, 8, 2)]
+    for strategy in ("dynamic", "transformer", "smoothquant"):
+        with pytest.raises(onnxlite.UsageError, match="op_types: give at least one operator type"):
+            onnxlite.quantize(bert, tmp_path / f"{strategy}.onnx", strategy=strategy, op_types=[],
+                              calibration=calibration if strategy == "smoothquant" else None)
+        assert not (tmp_path / f"{strategy}.onnx").exists()

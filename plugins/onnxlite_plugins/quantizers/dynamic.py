@@ -73,6 +73,28 @@ def run_quantize_dynamic(model: str | Path, output: Path, options: Mapping[str, 
         )
 
 
+def select_nodes(model: Any, options: Mapping[str, Any], what: str = "") -> tuple[list[str], list[Any], list[str]]:
+    """The ``op_types`` option (at least one), the graph's nodes of those types, and ``exclude`` expanded on them.
+
+    Only nodes that would be quantized can be excluded; listing others would only blur the report.
+    An empty ``op_types`` is refused: ``quantize_dynamic`` would read it as "every type it knows".
+    """
+    op_types = list(options["op_types"])
+    if not op_types:
+        raise UsageError("--option op_types: give at least one operator type, e.g. MatMul,Gemm")
+    targets = [n for n in model.graph.node if n.op_type in op_types]
+    exclude = expand_node_patterns((n.name for n in targets), options["exclude"],
+                                   what=what + "/".join(op_types) + " node")
+    return op_types, targets, exclude
+
+
+def weights_note(options: Mapping[str, Any], op_types: Iterable[str]) -> str:
+    """How the int8 step quantized the weights, for the result's notes."""
+    scheme = "per-channel" if options["per_channel"] else "per-tensor"
+    return (f"{scheme} {options['weight_type']} weights on {', '.join(op_types)}"
+            + (", 7-bit range" if options["reduce_range"] else ""))
+
+
 def run_excluding(model: str | Path, output: Path, options: Mapping[str, Any], targets: Iterable[Any],
                   exclude: list[str], external_data: bool) -> None:
     """``run_quantize_dynamic`` with ``exclude`` honoured for Gemm nodes too.
@@ -110,23 +132,15 @@ class DynamicQuantizer:
         import onnx
 
         proto = onnx.load(str(model), load_external_data=False)
-        op_types = list(options["op_types"])
-        if not op_types:
-            raise UsageError("--option op_types: give at least one operator type, e.g. MatMul,Gemm")
+        op_types, targets, exclude = select_nodes(proto, options)
         warning = conv_warning(proto, op_types)
         if warning:
             context.warn(warning)
-        targets = [n for n in proto.graph.node if n.op_type in op_types]
-        # Only nodes that would be quantized can be excluded; listing others would only blur the report.
-        exclude = expand_node_patterns((n.name for n in targets), options["exclude"], what="/".join(op_types) + " node")
         if not targets:
             context.warn(f"the model has no {'/'.join(op_types)} nodes: nothing to quantize "
                          f"(it has {', '.join(sorted({n.op_type for n in proto.graph.node})[:12])})")
         run_excluding(model, output, options, targets, exclude, uses_external_data(proto))
-        scheme = "per-channel" if options["per_channel"] else "per-tensor"
-        notes = [f"{scheme} {options['weight_type']} weights on {', '.join(op_types)}"
-                 + (", 7-bit range" if options["reduce_range"] else "")]
-        return QuantizeOutcome(excluded_nodes=exclude, notes=notes,
+        return QuantizeOutcome(excluded_nodes=exclude, notes=[weights_note(options, op_types)],
                                details={"candidate_nodes": len(targets)})
 
 

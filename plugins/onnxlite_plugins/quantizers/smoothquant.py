@@ -36,7 +36,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeContext, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import common_options, expand_node_patterns, run_excluding, uses_external_data
+from .dynamic import common_options, run_excluding, select_nodes, uses_external_data, weights_note
 from .static import CalibrationReader
 
 OP_TYPES = ("MatMul", "Gemm", "Gather")
@@ -184,18 +184,13 @@ class SmoothQuantQuantizer:
             raise UsageError(f"--option alpha={options['alpha']}: expected a number from 0 to 1")
         if context.calibration is None:
             raise UsageError("smoothquant needs calibration data: --calibration PATH")
-        op_types = list(options["op_types"])
-        if not op_types:
-            raise UsageError("--option op_types: give at least one operator type, e.g. MatMul,Gemm")
         proto = onnx.load(str(model), load_external_data=False)
         external = uses_external_data(proto)
         if external:   # the weights are rescaled, so they must be in memory; read the file once
             from onnx.external_data_helper import load_external_data_for_model
 
             load_external_data_for_model(proto, str(Path(model).parent))
-        targets = [n for n in proto.graph.node if n.op_type in op_types]
-        exclude = expand_node_patterns((n.name for n in targets), options["exclude"],
-                                       what="/".join(op_types) + " node")
+        op_types, targets, exclude = select_nodes(proto, options)
         groups = smoothing_targets(proto, op_types, exclude)
         if not groups:
             context.warn("smoothquant: no MatMul/Gemm with a float weight to smooth; this is plain dynamic int8")
@@ -208,9 +203,8 @@ class SmoothQuantQuantizer:
         work = context.workdir or output.parent
         staged = save_model(proto, Path(work) / "smoothed.onnx", external_data=external or None)
         run_excluding(staged, output, options, targets, exclude, external)
-        scheme = "per-channel" if options["per_channel"] else "per-tensor"
         notes = [f"smoothed {len(smoothed)} activation(s) at alpha {alpha:g} from {seen} calibration samples",
-                 f"{scheme} {options['weight_type']} weights on {', '.join(op_types)}"]
+                 weights_note(options, op_types)]
         return QuantizeOutcome(excluded_nodes=exclude, notes=notes,
                                details={"alpha": alpha, "smoothed_activations": len(smoothed),
                                         "calibration_samples": seen, "candidate_nodes": len(targets)})

@@ -21,7 +21,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import common_options, expand_node_patterns, run_excluding, uses_external_data
+from .dynamic import common_options, run_excluding, select_nodes, uses_external_data, weights_note
 
 CONFIG_KEY = "onnxlite.transformers_config"
 
@@ -208,13 +208,9 @@ class TransformerQuantizer:
         staged = context.workdir / "fused_shapes.onnx"
         onnx.save_model(inferred, str(staged), save_as_external_data=external, all_tensors_to_one_file=True,
                         location="fused_shapes.onnx.data")
-        targets = [n for n in inferred.graph.node if n.op_type in options["op_types"]]
-        exclude = expand_node_patterns((n.name for n in targets), options["exclude"],
-                                       what="fused " + "/".join(options["op_types"]) + " node")
+        op_types, targets, exclude = select_nodes(inferred, options, what="fused ")
         run_excluding(staged, output, options, targets, exclude, external)
-        scheme = "per-channel" if options["per_channel"] else "per-tensor"
-        notes.append(f"then {scheme} {options['weight_type']} dynamic quantization of "
-                     f"{', '.join(options['op_types'])}")
+        notes.append("then dynamic int8: " + weights_note(options, op_types))
         return QuantizeOutcome(excluded_nodes=exclude, notes=notes, details=details)
 
 
