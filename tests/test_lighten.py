@@ -282,3 +282,20 @@ def test_pick_winner_treats_noise_level_latency_differences_as_ties():
         assert pick_winner([rough, exact], objective).name == "rough"   # no primary metric: size, then speed
     # Accuracy never outweighs a real difference in size.
     assert pick_winner([rough, row("exact", 1100, 100.0, 101.0, drop=0.0)], primary="m").name == "rough"
+
+
+def test_the_explanation_uses_the_rule_that_picked_the_winner():
+    """Speed decides when the fastest candidate beats fp32; a tied, smaller and slightly slower one may then win,
+    and the result must not claim that nothing was measurably faster than fp32."""
+    from onnxlite.lightening import CandidateRow, deciding_objective, pick_winner
+
+    def row(name, size, p50, p90):
+        return CandidateRow(name=name, strategy=name, options={}, size_bytes=size,
+                            latency_ms={"p50": p50, "p90": p90, "p99": p90, "mean": p50})
+
+    fast, small = row("fast", 100, 9.6, 9.7), row("small", 50, 9.8, 9.9)
+    assert pick_winner([fast, small], "latency", baseline_p50=10.0).name == "small"
+    assert deciding_objective([fast, small], "latency", 10.0) == "latency"
+    # Nothing beats fp32 beyond the margin: size decides, and both say so.
+    assert deciding_objective([fast, small], "latency", 9.8) == "size"
+    assert deciding_objective([fast, small], "size", 20.0) == "size"

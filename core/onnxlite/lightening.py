@@ -181,13 +181,12 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
     speed and on size (within 1%) are told apart by accuracy: the smallest drop on the
     ``primary`` metric wins.
     """
-    eligible = [r for r in rows if r.status in {"ok", "winner"} and r.latency_ms]
+    eligible = _eligible(rows)
     if not eligible:
         return None
     best = min(eligible, key=lambda r: r.p50)
     margin = latency_margin(best)
-    if objective == "latency" and baseline_p50 and best.p50 > baseline_p50 * (1 - margin):
-        objective = "size"
+    objective = deciding_objective(rows, objective, baseline_p50)
 
     def drop(row: CandidateRow) -> float:
         value = row.drops.get(primary) if primary else None
@@ -203,6 +202,19 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
     smallest = min(r.size_bytes or 0 for r in tied)
     tied = [r for r in tied if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
     return min(tied, key=lambda r: (drop(r), r.size_bytes or 0, r.p50))
+
+
+def _eligible(rows: Sequence[CandidateRow]) -> list[CandidateRow]:
+    return [r for r in rows if r.status in {"ok", "winner"} and r.latency_ms]
+
+
+def deciding_objective(rows: Sequence[CandidateRow], objective: str, baseline_p50: float | None) -> str:
+    """``objective``, except that speed cannot decide when no candidate beats fp32 beyond the tie margin."""
+    eligible = _eligible(rows)
+    if objective != "latency" or not eligible or not baseline_p50:
+        return objective
+    best = min(eligible, key=lambda r: r.p50)
+    return "size" if best.p50 > baseline_p50 * (1 - latency_margin(best)) else objective
 
 
 def latency_margin(row: CandidateRow) -> float:
@@ -481,13 +493,12 @@ class _Search:
     # 6. pick and explain
     def finish(self, objective: str, out: Path, recipe: Any) -> LightenResult:
         base_p50 = self.baseline.p50
-        winner = pick_winner(self.rows, objective, base_p50 if self.baseline.latency_ms else None,
-                             self.judge.primary)
-        if winner is not None and objective == "latency" and winner.p50 > base_p50 * (1 - latency_margin(winner)):
+        measured_base = base_p50 if self.baseline.latency_ms else None
+        winner = pick_winner(self.rows, objective, measured_base, self.judge.primary)
+        # The same rule pick_winner applied, so the explanation matches the choice.
+        basis = deciding_objective(self.rows, objective, measured_base)
+        if winner is not None and basis != objective:
             self.notes.append("no candidate was measurably faster than fp32, so the smallest one within budget won")
-            basis = "size"
-        else:
-            basis = objective
         primary = self.judge.primary
         for row in self.rows:
             if row is winner:
