@@ -60,6 +60,26 @@ def check_model(path: str | os.PathLike[str]) -> None:
         raise UsageError(f"{path}: invalid ONNX model ({' '.join(str(exc).split())[:300]})") from None
 
 
+def uses_external_data(model: onnx.ModelProto) -> bool:
+    """Whether any tensor of ``model`` is stored outside the .onnx file."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data as external
+
+    return any(external(t) for t in _get_all_tensors(model))
+
+
+def load_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """Read the external tensors of ``model`` (parsed from ``path`` without them) into it, in place.
+
+    Parse once with ``load_external_data=False``, look at the graph, and only then
+    pay for the weights; an inline model already holds them and is returned as is.
+    """
+    if uses_external_data(model):
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(model, str(Path(path).parent))
+    return model
+
+
 def external_data_files(path: str | os.PathLike[str]) -> list[Path]:
     """The external-data files a model refers to (existing ones only)."""
     import onnx

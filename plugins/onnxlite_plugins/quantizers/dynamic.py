@@ -108,12 +108,6 @@ def run_excluding(model: str | Path, output: Path, options: Mapping[str, Any], t
                          external_data)
 
 
-def uses_external_data(model: Any) -> bool:
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data as uses
-
-    return any(uses(t) for t in _get_all_tensors(model))
-
-
 def common_options(op_types: tuple[str, ...] = DEFAULT_OP_TYPES) -> tuple[Option, ...]:
     """Options shared with the ``transformer`` strategy, which ends in the same int8 step."""
     return (
@@ -139,6 +133,8 @@ class DynamicQuantizer:
         if not targets:
             context.warn(f"the model has no {'/'.join(op_types)} nodes: nothing to quantize "
                          f"(it has {', '.join(sorted({n.op_type for n in proto.graph.node})[:12])})")
+        from onnxlite.modelio import uses_external_data
+
         run_excluding(model, output, options, targets, exclude, uses_external_data(proto))
         return QuantizeOutcome(excluded_nodes=exclude, notes=[weights_note(options, op_types)],
                                details={"candidate_nodes": len(targets)})

@@ -19,7 +19,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, hookimpl
 
-from .dynamic import expand_node_patterns, uses_external_data
+from .dynamic import expand_node_patterns
 
 
 class Fp16Converter:
@@ -27,13 +27,15 @@ class Fp16Converter:
         import onnx
         from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
+        from onnxlite.modelio import load_external_data, uses_external_data
         from onnxlite.quantizing import quiet_root_logging
 
-        header = onnx.load(str(model), load_external_data=False)
-        external = uses_external_data(header)
-        keep = expand_node_patterns((n.name for n in header.graph.node), options["exclude"])
+        proto = onnx.load(str(model), load_external_data=False)
+        external = uses_external_data(proto)
+        keep = expand_node_patterns((n.name for n in proto.graph.node), options["exclude"])
         block_ops = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(options["op_block_list"]))
-        proto = onnx.load(str(model))
+        casts_before = sum(1 for n in proto.graph.node if n.op_type == "Cast")
+        load_external_data(proto, model)
         before = sum(1 for t in proto.graph.initializer if t.data_type == onnx.TensorProto.FLOAT)
         with quiet_root_logging():
             converted = convert_float_to_float16(proto, keep_io_types=bool(options["keep_io_types"]),
@@ -43,8 +45,7 @@ class Fp16Converter:
                         location=f"{output.name}.data")
         if after == 0:
             context.warn("no float32 initializer was converted: the model has no float weights outside the blocked ops")
-        casts = sum(1 for n in converted.graph.node if n.op_type == "Cast") - sum(
-            1 for n in header.graph.node if n.op_type == "Cast")
+        casts = sum(1 for n in converted.graph.node if n.op_type == "Cast") - casts_before
         notes = [f"{after} of {before} float32 initializers now float16; {max(casts, 0)} Cast nodes added",
                  "inputs/outputs stay float32" if options["keep_io_types"] else "inputs/outputs are float16 now",
                  "fp16 mainly pays off on GPU providers; on CPU expect the same speed or slower"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import expand_node_patterns, uses_external_data
+from .dynamic import expand_node_patterns
 
 LOGGER = "onnxruntime.quantization.matmul_nbits_quantizer"
 
@@ -64,13 +64,15 @@ class Int4Quantizer:
         if level not in (0, 1, 2, 3, 4):
             raise UsageError(f"--option accuracy_level={level}: expected 0 (unset) or 1-4 "
                              "(1 fp32, 2 fp16, 3 bf16, 4 int8 compute)")
-        header = onnx.load(str(model), load_external_data=False)
-        external = uses_external_data(header)
-        found = survey(header, block)
+        from onnxlite.modelio import load_external_data, uses_external_data
+
+        proto = onnx.load(str(model), load_external_data=False)
+        external = uses_external_data(proto)
+        found = survey(proto, block)
         exclude = expand_node_patterns(found["eligible"], options["exclude"], what="MatMul node with a constant weight")
         if not [n for n in found["eligible"] if n not in exclude]:
             raise UsageError(f"{model}: nothing for int4 to quantize: {self.why_nothing(found)}")
-        quantizer = MatMulNBitsQuantizer(onnx.load(str(model)), bits=4, block_size=block,
+        quantizer = MatMulNBitsQuantizer(load_external_data(proto, model), bits=4, block_size=block,
                                          is_symmetric=bool(options["symmetric"]),
                                          accuracy_level=level or None, nodes_to_exclude=exclude,
                                          op_types_to_quantize=("MatMul",))

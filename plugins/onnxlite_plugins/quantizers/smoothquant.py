@@ -36,7 +36,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeContext, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import common_options, run_excluding, select_nodes, uses_external_data, weights_note
+from .dynamic import common_options, run_excluding, select_nodes, weights_note
 from .static import CalibrationReader
 
 OP_TYPES = ("MatMul", "Gemm", "Gather")
@@ -177,7 +177,7 @@ class SmoothQuantQuantizer:
                  context: QuantizeContext) -> QuantizeOutcome:
         import onnx
 
-        from onnxlite.modelio import save_model
+        from onnxlite.modelio import load_external_data, save_model, uses_external_data
 
         alpha = float(options["alpha"])
         if not 0.0 <= alpha <= 1.0:
@@ -186,10 +186,7 @@ class SmoothQuantQuantizer:
             raise UsageError("smoothquant needs calibration data: --calibration PATH")
         proto = onnx.load(str(model), load_external_data=False)
         external = uses_external_data(proto)
-        if external:   # the weights are rescaled, so they must be in memory; read the file once
-            from onnx.external_data_helper import load_external_data_for_model
-
-            load_external_data_for_model(proto, str(Path(model).parent))
+        load_external_data(proto, model)   # the weights are rescaled, so they must be in memory
         op_types, targets, exclude = select_nodes(proto, options)
         groups = smoothing_targets(proto, op_types, exclude)
         if not groups:
