@@ -292,3 +292,27 @@ def test_metric_plugin_from_a_distribution_is_discovered_and_used(digits, tmp_pa
     expected = float(np.mean(np.sign(ref) == np.sign(cand)))
     assert payload["candidates"][0]["metrics"]["logits.sign_agreement"] == pytest.approx(expected)
     assert payload["candidates"][0]["drops"]["logits.sign_agreement"] == pytest.approx(1 - expected)
+
+
+def test_generated_ids_stay_inside_a_small_vocabulary(tmp_path):
+    """Ids for an ONNX model come from its embedding table's size, for every command that generates inputs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import onnxlite
+    from onnxlite.inputs import specs_from_onnx
+
+    table = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["E", "input_ids"], ["h"], name="embed"),
+         helper.make_node("ReduceMean", ["h"], ["y"], keepdims=0, axes=[1])], "embed",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [numpy_helper.from_array(table, "E")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 9
+    path = tmp_path / "embed.onnx"
+    onnx.save(model, str(path))
+    assert specs_from_onnx(path)[0].value_range == (0, 50)
+    result = onnxlite.compare(str(path), [str(path)], samples=64)   # default ids would reach 99
+    assert result.candidates[0].metrics and all(np.isfinite(v) for v in result.candidates[0].metrics.values())
+    assert onnxlite.bench([path], batch=4, runs=3).rows[0].status == "ok"

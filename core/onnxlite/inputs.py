@@ -16,6 +16,7 @@ from .errors import UsageError
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
 
 Dim = int | str
 
@@ -99,6 +100,7 @@ def specs_from_onnx(model: Any) -> list[InputSpec]:
 
         model = load_model(model, load_external_data=False)
     initializers = {init.name for init in model.graph.initializer}
+    vocab = _vocabulary_sizes(model)
     specs = []
     for value in model.graph.input:
         if value.name in initializers:
@@ -111,8 +113,26 @@ def specs_from_onnx(model: Any) -> list[InputSpec]:
                 dims.append(int(dim.dim_value))
             else:
                 dims.append(dim.dim_param or ("batch" if i == 0 else f"dim{i}"))
-        specs.append(InputSpec(value.name, dtype, tuple(dims)).with_role())
+        spec = InputSpec(value.name, dtype, tuple(dims)).with_role()
+        if spec.role == "ids" and spec.name in vocab:
+            spec = replace(spec, value_range=(0, vocab[spec.name]))
+        specs.append(spec)
     return specs
+
+
+def _vocabulary_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """Rows of the embedding table each integer input indexes (a Gather, or a fused EmbedLayerNormalization),
+    so that generated ids stay in range for small vocabularies."""
+    sizes = {init.name: list(init.dims) for init in model.graph.initializer}
+    found: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in sizes and sizes[node.input[0]]:
+            found.setdefault(node.input[1], int(sizes[node.input[0]][0]))
+        if node.op_type == "EmbedLayerNormalization" and len(node.input) > 2:
+            for ids, table in ((node.input[0], node.input[2]), (node.input[1], node.input[4] if len(node.input) > 4 else "")):
+                if ids and table in sizes and sizes[table]:
+                    found.setdefault(ids, int(sizes[table][0]))
+    return found
 
 
 def resolve_shape(spec: InputSpec, batch: int, seq: int, sizes: Mapping[str, int] | None = None) -> tuple[int, ...]:
