@@ -51,6 +51,11 @@ def igamma(x):
     return tf.math.igamma(x * x + 1.0, x * x + 2.0)
 
 
+def plain_relu(x):
+    # Not a tf.function: the plugin wraps it, given --framework tensorflow and --input.
+    return tf.nn.relu(x) * 2.0
+
+
 def build_mlp():
     import keras
 
@@ -356,3 +361,17 @@ def test_cli_option_picks_a_saved_model_signature(sources, tmp_path):
     assert unknown.returncode == 2
     assert "--option signatur: framework 'tensorflow' has no such option (valid: signature)" in unknown.stderr
     assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "y.onnx").exists()
+
+
+def test_a_plain_function_of_the_inputs_reaches_the_plugin(sources, tmp_path):
+    """The host must not call a function that takes the model's inputs as if it were a factory."""
+    from onnxlite.sources import load_source
+
+    loaded = load_source(f"{sources / 'functions.py'}:plain_relu", "tensorflow",
+                         {"inputs": [InputSpec("x", "float32", ("batch", 4))]})
+    assert loaded.framework == "tensorflow"
+    _, _, session = _export_and_check(loaded.model, tmp_path, specs=loaded.input_specs)
+    assert session.get_inputs()[0].shape == ["batch", 4]
+    # Without --framework nothing can tell a plain function's framework: one line says what to pass.
+    with pytest.raises(UsageError, match="pass --framework NAME"):
+        load_source(f"{sources / 'functions.py'}:plain_relu")

@@ -78,3 +78,13 @@ def guess_framework(obj: Any) -> str | None:
     if re.search(r"\b(tensorflow|keras|tf_keras)\b", modules):
         return "tensorflow"
     return None
+
+
+def needs_arguments(obj: Any) -> bool:
+    """Whether calling ``obj`` requires arguments: a function of the model's inputs, not a zero-argument factory."""
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               for p in params)

@@ -73,14 +73,18 @@ def _claims(source: str) -> list[str]:
 
 
 def _python_object(source: str) -> tuple[Any, str | None]:
-    """Import a Python reference once; a zero-argument factory is called to see what it builds."""
+    """Import a Python reference once; a zero-argument factory is called to see what it builds.
+
+    A function that takes arguments is left for the framework plugin, which may
+    trace it as the model itself (TensorFlow wraps a plain function in tf.function).
+    """
     import inspect
 
-    from .pyref import guess_framework, load_python_ref
+    from .pyref import guess_framework, load_python_ref, needs_arguments
 
     obj = load_python_ref(source, "source")
     framework = guess_framework(obj)
-    if framework is None and callable(obj) and not inspect.isclass(obj):
+    if framework is None and callable(obj) and not inspect.isclass(obj) and not needs_arguments(obj):
         try:
             built = obj()
         except TypeError as exc:

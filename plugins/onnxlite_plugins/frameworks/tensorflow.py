@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxlite import FrameworkSpec, OnnxliteError, Option, UsageError, hookimpl
+from onnxlite.pyref import needs_arguments
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
@@ -192,13 +193,7 @@ def _from_object(obj: Any, source: str) -> TensorFlowSource:
     if isinstance(obj, tf.types.experimental.PolymorphicFunction) or isinstance(obj, tf.types.experimental.GenericFunction):
         return _function_source(obj, source)
     if inspect.isclass(obj) or callable(obj):
-        try:
-            params = inspect.signature(obj).parameters.values()
-        except (TypeError, ValueError):
-            params = []
-        required = [p for p in params if p.default is p.empty
-                    and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        if inspect.isclass(obj) or not required:
+        if inspect.isclass(obj) or not needs_arguments(obj):
             # A factory (class or function without arguments) that builds the model.
             try:
                 built = obj()
