@@ -316,3 +316,25 @@ def test_generated_ids_stay_inside_a_small_vocabulary(tmp_path):
     result = onnxlite.compare(str(path), [str(path)], samples=64)   # default ids would reach 99
     assert result.candidates[0].metrics and all(np.isfinite(v) for v in result.candidates[0].metrics.values())
     assert onnxlite.bench([path], batch=4, runs=3).rows[0].status == "ok"
+
+
+def test_an_fp16_model_with_float16_inputs_takes_the_same_samples(tmp_path):
+    """float32 data goes to float16 inputs as float16, in compare as in quantize's own smoke check."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import onnxlite
+
+    w = np.random.default_rng(1).standard_normal((16, 4)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+                              [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, str(path))
+    half = onnxlite.quantize(path, tmp_path / "half.onnx", strategy="fp16", keep_io_types=False)
+    assert half.details["check"]["ran"]
+    result = onnxlite.compare(str(path), [str(half.path)], max_drop="1%")
+    assert result.candidates[0].passed, result.candidates[0].to_dict()

@@ -236,7 +236,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
             raise OnnxliteError(f"strategy {spec.name!r} wrote no model (expected {produced.name} in its workdir)")
         details = dict(outcome.details)
         if check:
-            details["check"] = smoke_check(source, produced, spec, warn)
+            details["check"] = smoke_check(source, produced, spec, warn, proto)
         metadata = {STRATEGY_KEY: spec.name, STRATEGY_OPTIONS_KEY: json.dumps(_plain_options(values), sort_keys=True)}
         publish_model(produced, target, external_data=True if had_external else None, metadata=metadata)
 
@@ -258,7 +258,8 @@ def _sample_feeds(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
     return make_feeds(specs_from_onnx(proto), batch=2, seq=8, seed=0, pad=True)
 
 
-def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callable[[str], None]) -> dict[str, Any]:
+def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callable[[str], None],
+                source_proto: onnx.ModelProto | None = None) -> dict[str, Any]:
     """Run input and output on the same padded batch of two; refuse outputs that cannot be right.
 
     This is not the accuracy verdict (``compare`` and ``lighten`` own that,
@@ -270,11 +271,12 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
 
     from .modelio import load_model
     from .numerics import cosine_per_sample
+    from .runtime import run_session
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     reference_session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-    feeds = _sample_feeds(load_model(source, load_external_data=False))
+    feeds = _sample_feeds(source_proto or load_model(source, load_external_data=False))
     try:
         session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
@@ -283,14 +285,8 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
             warn(f"the {spec.name} model does not load on the CPU provider here ({reason}); it targets GPUs")
             return {"ran": False, "reason": reason}
         raise VerificationError(f"strategy {spec.name!r} produced a model onnxruntime cannot load: {reason}") from None
-    cand_inputs = {i.name: i for i in session.get_inputs()}
-    cand_feeds = {}
-    for name, array in feeds.items():
-        if name in cand_inputs and cand_inputs[name].type == "tensor(float16)" and array.dtype == np.float32:
-            array = array.astype(np.float16)
-        cand_feeds[name] = array
-    reference = dict(zip([o.name for o in reference_session.get_outputs()], reference_session.run(None, feeds)))
-    candidate = dict(zip([o.name for o in session.get_outputs()], session.run(None, cand_feeds)))
+    reference = run_session(reference_session, feeds)
+    candidate = run_session(session, feeds)
     result: dict[str, Any] = {"ran": True, "batch": 2, "padded": True, "outputs": {}}
     for name, ref in reference.items():
         if name not in candidate:

@@ -98,10 +98,21 @@ def create_session(model_path: str | os.PathLike[str], settings: SessionSettings
 
 
 def run_session(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run with the feeds the session takes (extra entries such as ``labels`` are ignored)."""
-    names = [i.name for i in session.get_inputs()]
+    """Run with the feeds the session takes (extra entries such as ``labels`` are ignored).
+
+    float32 data goes to float16 inputs as float16: an fp16 model without float32
+    input/output casts takes the same samples as its float source.
+    """
+    inputs = session.get_inputs()
+    names = [i.name for i in inputs]
     missing = [n for n in names if n not in feeds]
     if missing:
         raise UsageError(f"data has no input {missing[0]!r} (the model takes {', '.join(names)})")
-    outputs = session.run(None, {n: feeds[n] for n in names})
+    ready = {}
+    for item in inputs:
+        value = feeds[item.name]
+        if item.type == "tensor(float16)" and getattr(value, "dtype", None) == "float32":
+            value = value.astype("float16")
+        ready[item.name] = value
+    outputs = session.run(None, ready)
     return {o.name: value for o, value in zip(session.get_outputs(), outputs)}
