@@ -90,6 +90,21 @@ def test_images_folder_normalized_and_laid_out(tmp_path, digits):
     np.testing.assert_array_equal(rgb[..., 0], rgb[..., 2])  # grey pictures converted to RGB
 
 
+def test_a_flat_image_folder_carries_its_labels_in_labels_npy(tmp_path, digits):
+    Image = pytest.importorskip("PIL.Image")
+    images, labels = digits
+    for i, image in enumerate(images[:6]):
+        Image.fromarray((image[0] * 255).round().astype(np.uint8), mode="L").save(tmp_path / f"{i:02d}.png")
+    np.save(tmp_path / "labels.npy", labels[:6])
+    dataset = load_data(tmp_path, IMAGE)
+    assert _all(dataset)["pixels"].shape == (6, 1, 8, 8)
+    np.testing.assert_array_equal(dataset.labels, labels[:6])
+    # Any other .npy beside the images is still a mix of kinds.
+    np.save(tmp_path / "extra.npy", labels[:6])
+    with pytest.raises(UsageError, match="mixes npy and image files"):
+        load_data(tmp_path, IMAGE)
+
+
 def test_text_with_a_tokenizer_folder(tmp_path):
     transformers = pytest.importorskip("transformers")
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")

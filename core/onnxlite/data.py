@@ -342,6 +342,8 @@ def _load_folder(folder: Path, inputs: Sequence[InputSpec] | None, options: dict
         "npz": [p for p in files if p.suffix == ".npz"],
         "image": [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES],
     }
+    if by_kind["image"] and [p.name for p in by_kind["npy"]] == [f"{LABELS_KEY}.npy"]:
+        by_kind["npy"] = []   # a flat image folder's labels, which load_image_folder reads
     class_dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     if class_dirs and not any(by_kind.values()):
         from .data_images import load_image_folder
