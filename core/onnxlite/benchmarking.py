@@ -28,6 +28,7 @@ from .runtime import SessionSettings
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
 
     from .reporting import Report
 
@@ -154,9 +155,10 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
 
     paths = [Path(m) for m in models]
     labels = list(names) if names else _names(paths)
-    rows = []
+    rows, protos = [], []
     for label, path in zip(labels, paths):
         proto = load_model(path, load_external_data=False)   # unreadable files fail here, by name
+        protos.append(proto)   # the graph, for the inputs to generate or read below
         rows.append(BenchRow(name=label, path=str(path), size_bytes=model_size(path),
                              op_count=sum(op_counts(proto).values())))
     resolve_providers(settings)   # an unavailable provider is one clear error before any worker starts
@@ -167,9 +169,9 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
     with tempfile.TemporaryDirectory(prefix="onnxlite-bench-") as tmp:
         workers: list[_WorkerProcess] = []
         try:
-            for i, path in enumerate(paths):
+            for i, proto in enumerate(protos):
                 feed_file = Path(tmp) / f"feeds{i}.npz"
-                _write_feeds(feed_file, path, batch, seq_len, seed, data, data_options, feeds)
+                _write_feeds(feed_file, proto, batch, seq_len, seed, data, data_options, feeds)
                 workers.append(_WorkerProcess(Path(tmp) / f"worker{i}.log"))
             if progress:
                 progress(0.0, "starting worker processes")
@@ -228,7 +230,7 @@ def _names(paths: Sequence[Path]) -> list[str]:
     return out
 
 
-def _write_feeds(target: Path, model: Path, batch: int, seq_len: int, seed: int, data, data_options,
+def _write_feeds(target: Path, model: onnx.ModelProto, batch: int, seq_len: int, seed: int, data, data_options,
                  feeds) -> None:
     """Save the batches a worker cycles through as ``b<i>__<input name>`` arrays in one .npz."""
     import numpy as np

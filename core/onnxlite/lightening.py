@@ -405,13 +405,12 @@ class _Search:
 
     # 3 + 4. quantize and judge, each candidate in its own process
     def run_candidates(self, workers: int | None, candidates: Sequence[Candidate] | None = None) -> list[CandidateRow]:
-        from .modelio import model_size
         from .tasks import default_workers, run_tasks
 
         todo = list(candidates if candidates is not None else self.candidates)
         offset = len(self.rows)
         tasks = [self._task(c, offset + i) for i, c in enumerate(todo)]
-        workers = workers or default_workers(model_size(self.fp32))
+        workers = workers or default_workers(self.baseline.size_bytes)   # the fp32 size, measured when judged
         self.emit("candidates", {"total": len(tasks), "workers": workers})
         new = []
         for result in run_tasks(tasks, self.work / "tasks", workers,
