@@ -147,14 +147,25 @@ def test_exclude_by_glob_keeps_nodes_float(digits_model, tmp_path):
 
     model, train, _, _ = digits_model
     output = tmp_path / "excluded.onnx"
-    outcome, warnings = _quantize(model, output, {"exclude": ("*Gemm*", "no_such_node"), "format": "QOperator",
+    outcome, warnings = _quantize(model, output, {"exclude": ("*Gemm*",), "format": "QOperator",
                                                   "calibration_samples": 20},
                                   [{"pixels": train[:20]}])
     assert outcome.excluded_nodes and all("Gemm" in n for n in outcome.excluded_nodes)
-    assert any("no_such_node" in w for w in warnings)
     ops = {n.op_type for n in load_model(output).graph.node}
     assert "QLinearConv" in ops and "Gemm" in ops and "QGemm" not in ops
     assert outcome.details["calibration_samples"] == 20
+
+
+def test_exclude_that_matches_nothing_is_refused(digits_model, tmp_path):
+    # As in every other strategy: a typo must not quantize the layer the user meant to protect.
+    from onnxlite import UsageError
+
+    model, train, _, _ = digits_model
+    output = tmp_path / "typo.onnx"
+    with pytest.raises(UsageError, match="exclude=no_such_node: matches no node"):
+        _quantize(model, output, {"exclude": ("*Gemm*", "no_such_node"), "calibration_samples": 4},
+                  [{"pixels": train[:4]}])
+    assert not output.exists()
 
 
 def test_missing_calibration_is_a_usage_error(digits_model, tmp_path):
@@ -198,7 +209,7 @@ def test_cli_reports_bad_calibration_in_one_line(digits_model, tmp_path):
 
 def test_reader_refuses_ragged_samples_for_histogram_methods():
     from onnxlite import UsageError
-    from onnxlite_plugins.quantizers.static import CalibrationReader
+    from onnxlite_plugins.quantizers.common import CalibrationReader
 
     feeds = [{"ids": np.zeros((1, 5), np.int64)}, {"ids": np.zeros((1, 7), np.int64)}]
     assert len(list(CalibrationReader(feeds, uniform=False))) == 2  # MinMax copes with varying lengths
@@ -210,7 +221,7 @@ def test_reader_refuses_ragged_samples_for_histogram_methods():
 
 def test_reader_strides_read_each_batch_once(tmp_path):
     from onnxlite.data import load_data
-    from onnxlite_plugins.quantizers.static import CalibrationReader
+    from onnxlite_plugins.quantizers.common import CalibrationReader
 
     for i in range(3):
         np.savez(tmp_path / f"p{i}.npz", x=np.arange(i * 10, i * 10 + 10, dtype=np.float32)[:, None])

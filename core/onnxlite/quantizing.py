@@ -10,9 +10,7 @@ file is never written to.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -21,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import OnnxliteError, UsageError, VerificationError
+from .runtime import quiet_root_logging  # noqa: F401  (its old home; plugins import it from onnxlite.runtime)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -110,21 +109,6 @@ def applicable_strategies(model: Any, available_only: bool = True) -> list[Regis
     family = model_family(model)
     found = [r for r in strategies() if matches(tuple(r.spec.applies_to), family)]  # type: ignore[attr-defined]
     return [r for r in found if r.available] if available_only else found
-
-
-@contextlib.contextmanager
-def quiet_root_logging(level: int = logging.ERROR, *names: str) -> Iterator[None]:
-    """Silence onnxruntime's tooling while it runs: it logs generic advice on the root logger
-    ("consider pre-processing") and per-node INFO lines on its own loggers (``names``)."""
-    loggers = [logging.getLogger()] + [logging.getLogger(n) for n in names]
-    previous = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(level)
-    try:
-        yield
-    finally:
-        for lg, old in zip(loggers, previous):
-            lg.setLevel(old)
 
 
 # ---------------------------------------------------------------- the run

@@ -6,8 +6,10 @@ the install hint, never a silent fall back to the CPU.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -116,3 +118,18 @@ def run_session(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) 
         ready[item.name] = value
     outputs = session.run(None, ready)
     return {o.name: value for o, value in zip(session.get_outputs(), outputs)}
+
+
+@contextlib.contextmanager
+def quiet_root_logging(level: int = logging.ERROR, *names: str) -> Iterator[None]:
+    """Silence onnxruntime's tooling while it runs: it logs generic advice on the root logger
+    ("consider pre-processing") and per-node INFO lines on its own loggers (``names``)."""
+    loggers = [logging.getLogger()] + [logging.getLogger(n) for n in names]
+    previous = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(level)
+    try:
+        yield
+    finally:
+        for lg, old in zip(loggers, previous):
+            lg.setLevel(old)

@@ -19,7 +19,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, hookimpl
 
-from .dynamic import expand_node_patterns
+from .common import expand_node_patterns
 
 
 class Fp16Converter:
@@ -28,7 +28,7 @@ class Fp16Converter:
         from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
         from onnxlite.modelio import load_external_data, uses_external_data
-        from onnxlite.quantizing import quiet_root_logging
+        from onnxlite.runtime import quiet_root_logging
 
         proto = onnx.load(str(model), load_external_data=False)
         external = uses_external_data(proto)

@@ -20,7 +20,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import expand_node_patterns
+from .common import expand_node_patterns
 
 LOGGER = "onnxruntime.quantization.matmul_nbits_quantizer"
 
@@ -55,7 +55,7 @@ class Int4Quantizer:
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-        from onnxlite.quantizing import quiet_root_logging
+        from onnxlite.runtime import quiet_root_logging
 
         block = int(options["block_size"])
         if block < 16 or block & (block - 1):

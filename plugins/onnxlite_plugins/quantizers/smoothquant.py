@@ -36,8 +36,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeContext, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import common_options, run_excluding, select_nodes, weights_note
-from .static import CalibrationReader
+from .common import CalibrationReader, common_options, run_excluding, select_nodes, weights_note
 
 OP_TYPES = ("MatMul", "Gemm", "Gather")
 SMOOTHABLE = ("MatMul", "Gemm")

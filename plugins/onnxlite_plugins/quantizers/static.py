@@ -12,13 +12,14 @@ exclusion by glob pattern.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from onnxlite import OnnxliteError, Option, QuantizeContext, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
+
+from .common import CalibrationReader, expand_node_patterns
 
 METHODS = ("MinMax", "Entropy", "Percentile", "Distribution")
 #: Histogram calibrators stack every collected output with ``np.asarray``, so a
@@ -46,117 +47,6 @@ OPTIONS = (
            "always use 1)"),
     Option("chunk", int, 64, "samples whose activations are held at once; bounds calibration memory"),
 )
-
-
-class CalibrationReader:
-    """An onnxruntime ``CalibrationDataReader`` over a Dataset (or any iterable of feed dicts).
-
-    ``len`` and ``set_range`` let ``quantize_static`` calibrate in strides
-    (``CalibStridedMinMax``): the calibrator collects one stride, folds it into
-    its ranges or histograms and drops the activations before the next, which
-    keeps memory bounded however big the calibration set is.
-    """
-
-    def __init__(self, data: Any, batch_size: int = 1, limit: int = 0, uniform: bool = False,
-                 names: Iterable[str] | None = None) -> None:
-        if not (hasattr(data, "take") and hasattr(data, "batches")) and iter(data) is data:
-            data = list(data)  # a one-shot iterator: it is read to count it, then again to calibrate
-        self.data = data
-        self.batch_size = max(1, batch_size)
-        self.limit = limit
-        self.uniform = uniform
-        self.names = list(names) if names is not None else None
-        self._iter: Iterator[dict[str, Any]] | None = None
-        self._pos = 0
-        self._start, self._end = 0, None
-        self._count: int | None = None
-        self._shapes: dict[str, tuple[int, ...]] = {}
-        self.samples_seen = 0
-
-    def _all_batches(self) -> Iterator[dict[str, Any]]:
-        import numpy as np
-
-        data = self.data
-        if hasattr(data, "take") and hasattr(data, "batches"):
-            if self.limit:
-                data = data.take(self.limit)
-            source: Iterable[Mapping[str, Any]] = data.batches(self.batch_size)
-        else:
-            source = data
-        left = self.limit or None
-        for feed in source:
-            feed = {k: np.asarray(v) for k, v in feed.items()}
-            if self.names is not None:
-                feed = {k: feed[k] for k in self.names if k in feed}
-            if left is not None:
-                rows = next(iter(feed.values())).shape[0]
-                if rows > left:
-                    feed = {k: v[:left] for k, v in feed.items()}
-                left -= min(rows, left)
-            yield feed
-            if left == 0:
-                return
-
-    def __len__(self) -> int:
-        # quantize_static asks only when striding; a padded count (see StaticQuantizer) may be set.
-        if self._count is None:
-            self._count = sum(1 for _ in self._all_batches())
-        return self._count
-
-    def set_range(self, start_index: int, end_index: int | None) -> None:
-        # Strides arrive in order: carry on with the same pass instead of re-reading from the start.
-        if self._iter is None or start_index < self._pos:
-            self._iter, self._pos = None, 0
-        self._start, self._end = start_index, end_index
-
-    def get_next(self) -> dict[str, Any] | None:
-        if self._iter is None:
-            self._iter, self._pos = self._all_batches(), 0
-        while self._pos < self._start:
-            if next(self._iter, None) is None:
-                return None
-            self._pos += 1
-        if self._end is not None and self._pos >= self._end:
-            return None
-        feed = next(self._iter, None)
-        if feed is None:
-            return None
-        self._pos += 1
-        self._check_uniform(feed)
-        self.samples_seen += next(iter(feed.values())).shape[0]
-        return feed
-
-    def _check_uniform(self, feed: Mapping[str, Any]) -> None:
-        if not self.uniform:
-            return
-        for name, array in feed.items():
-            seen = self._shapes.setdefault(name, tuple(array.shape))
-            if tuple(array.shape) != seen:
-                raise UsageError(f"calibration input {name!r}: samples of shape {list(seen)} and "
-                                 f"{list(array.shape)}; histogram calibration (Entropy, Percentile, "
-                                 "Distribution) needs samples of one shape (pad text to max_length), "
-                                 "or use method=MinMax")
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self
-
-    def __next__(self) -> dict[str, Any]:
-        feed = self.get_next()
-        if feed is None:
-            raise StopIteration
-        return feed
-
-
-def _match_nodes(patterns: Iterable[str], names: list[str]) -> tuple[list[str], list[str]]:
-    """Node names matched by exact names or glob patterns, and the patterns that matched nothing."""
-    matched: list[str] = []
-    unmatched: list[str] = []
-    for pattern in patterns:
-        hits = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
-        if not hits:
-            unmatched.append(pattern)
-        matched += [h for h in hits if h not in matched]
-    return matched, unmatched
 
 
 class StaticQuantizer:
@@ -194,9 +84,9 @@ class StaticQuantizer:
             per_channel = opts["per_channel"]
             if per_channel is None:
                 per_channel = any(n.op_type in {"Conv", "ConvTranspose"} for n in graph.node)
-            excluded, unmatched = _match_nodes(opts["exclude"], node_names)
-            for pattern in unmatched:
-                context.warn(f"static: exclude {pattern!r} matches no node of the model")
+            # A pattern that matches nothing is refused, as by every other strategy: a typo must not
+            # quantize the layer the user meant to protect.  Names are those of the pre-processed graph.
+            excluded = expand_node_patterns(node_names, opts["exclude"])
 
             histogram = method in HISTOGRAM_METHODS
             first_dims = [s.shape[0] for s in specs if s.shape]
@@ -229,7 +119,7 @@ class StaticQuantizer:
                 context.warn("static: Distribution calibration is meant for float8 types; with int8 it can "
                              "cost a lot of accuracy (compare the result before keeping it)")
             quantized = work / "quantized.onnx"
-            from onnxlite.quantizing import quiet_root_logging
+            from onnxlite.runtime import quiet_root_logging
 
             try:
                 # quantize_static logs a pre-processing hint at WARNING even after quant_pre_process ran, and

@@ -21,7 +21,7 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .dynamic import common_options, run_excluding, select_nodes, weights_note
+from .common import common_options, run_excluding, select_nodes, weights_note
 
 CONFIG_KEY = "onnxlite.transformers_config"
 
@@ -175,7 +175,7 @@ class TransformerQuantizer:
         from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
 
         from onnxlite.modelio import uses_external_data
-        from onnxlite.quantizing import quiet_root_logging
+        from onnxlite.runtime import quiet_root_logging
 
         if options["model_type"] != "auto" and options["model_type"] not in MODEL_TYPES:
             raise UsageError(f"--option model_type={options['model_type']}: onnxruntime's optimizer knows "
