@@ -399,8 +399,35 @@ def _convert(graph_fn: Any, n_inputs: int, opset: int) -> Any:
         frozen = tf_loader.from_function(concrete, input_names, output_names)
     model, _ = tf2onnx.convert.from_graph_def(frozen, name=concrete.name, input_names=input_names,
                                               output_names=output_names, opset=opset,
-                                              tensors_to_rename=renames)
+                                              tensors_to_rename=renames,
+                                              custom_op_handlers=CUSTOM_OP_HANDLERS)
     return model
+
+
+def _erfc(ctx: Any, node: Any, name: str, args: Any) -> None:
+    """TF ``Erfc`` as ONNX ``1 - Erf(x)``.
+
+    TensorFlow's exact GELU (Keras ``activation="gelu"``) became
+    ``0.5 * x * erfc(-x / sqrt(2))``, and tf2onnx 1.17 has no mapping for
+    ``Erfc`` (onnx/tensorflow-onnx#2347, the rewriter in #2463 is unmerged and
+    needs opset 20).  ONNX has ``Erf`` since opset 9.  ``1 - erf`` loses the
+    tiny tail ``erfc`` keeps for large arguments, but GELU multiplies that tail
+    by ``0.5 * x`` next to the other branch, so the output moves by float32
+    rounding only; the export check against TensorFlow says so on every export.
+    """
+    import numpy as np
+    from tf2onnx import utils
+
+    dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.output[0]))
+    node.type = "Erf"
+    one = ctx.make_const(utils.make_name(f"{name}_one"), np.array(1, dtype=dtype))
+    # Consumers of the Erf node now read 1 - Erf(x).
+    ctx.insert_new_node_on_output("Sub", node.output[0], name=utils.make_name(f"{name}_one_minus"),
+                                  inputs=[one.output[0], node.output[0]])
+
+
+#: tf2onnx's old-style handlers, ``{tf op: (function, args)}``, for ops it cannot convert itself.
+CUSTOM_OP_HANDLERS = {"Erfc": (_erfc, [])}
 
 
 @contextmanager
