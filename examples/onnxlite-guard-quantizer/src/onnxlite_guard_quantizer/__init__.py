@@ -8,7 +8,6 @@ Nothing here subclasses an onnxlite class; the quantizer object only needs a
 from __future__ import annotations
 
 import fnmatch
-from pathlib import Path
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, hookimpl
 
@@ -16,18 +15,38 @@ WEIGHTED_OPS = ("MatMul", "Gemm")
 
 
 def guarded_nodes(graph, keep_first: bool, keep_last: bool, patterns) -> list[str]:
-    """Names of the nodes to keep in float, in graph order."""
+    """Names of the MatMul/Gemm nodes to keep in float, in graph order."""
     weighted = [n.name for n in graph.node if n.op_type in WEIGHTED_OPS]
     keep = {name for name in weighted if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
     if weighted and keep_first:
         keep.add(weighted[0])
     if weighted and keep_last:
         keep.add(weighted[-1])
-    return [n.name for n in graph.node if n.name in keep]
+    return [name for name in weighted if name in keep]
+
+
+def exclusion_list(graph, keep: list[str]) -> list[str]:
+    """``keep`` as onnxruntime's ``nodes_to_exclude`` must spell it.
+
+    quantize_dynamic rewrites each Gemm into "<name>_MatMul" + "<name>_Add"
+    before it reads ``nodes_to_exclude`` (onnxruntime 1.32), so an excluded
+    Gemm is listed under its MatMul's new name too, or it is quantized anyway.
+    """
+    gemms = {n.name for n in graph.node if n.op_type == "Gemm"}
+    return keep + [f"{name}_MatMul" for name in keep if name in gemms]
+
+
+def still_float(output, keep: list[str]) -> list[str]:
+    """The nodes of ``keep`` that really are float MatMul/Gemm nodes in the written model."""
+    import onnx
+
+    float_nodes = {n.name for n in onnx.load(str(output), load_external_data=False).graph.node
+                   if n.op_type in WEIGHTED_OPS}
+    return [name for name in keep if name in float_nodes or f"{name}_MatMul" in float_nodes]
 
 
 class GuardedQuantizer:
-    def quantize(self, model: Path, output: Path, options, context) -> QuantizeOutcome:
+    def quantize(self, model, output, options, context):
         # Heavy imports live here so that `onnxlite --list-plugins` stays fast.
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -42,9 +61,14 @@ class GuardedQuantizer:
             weight_type=QuantType.QInt8,
             per_channel=options["per_channel"],
             op_types_to_quantize=list(WEIGHTED_OPS),
-            nodes_to_exclude=keep,
+            nodes_to_exclude=exclusion_list(graph, keep),
         )
-        return QuantizeOutcome(excluded_nodes=keep, notes=[f"kept {len(keep)} node(s) in float"])
+        # Report what the written model holds, not what was asked for.
+        kept = still_float(output, keep)
+        lost = [name for name in keep if name not in kept]
+        if lost:
+            context.warn(f"onnxruntime quantized {', '.join(lost)} although it was excluded")
+        return QuantizeOutcome(excluded_nodes=kept, notes=[f"kept {len(kept)} node(s) in float"])
 
 
 @hookimpl
