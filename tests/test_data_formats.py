@@ -198,13 +198,13 @@ def test_bad_paths_and_options(tmp_path, digits):
     np.savez(tmp_path / "d.npz", pixels=digits[0])
     with pytest.raises(UsageError, match="did you mean max_length"):
         load_data(tmp_path / "d.npz", IMAGE, {"max_lenght": "4"})
-    with pytest.raises(UsageError, match="max_length: expected int"):
+    with pytest.raises(UsageError, match="max_length=four: expected int"):
         load_data(tmp_path / "d.npz", IMAGE, {"max_length": "four"})
     # Every command spells option names with dashes or underscores alike.
     from onnxlite.data import parse_data_options
 
     assert parse_data_options({"max-length": "4"})["max_length"] == 4
-    with pytest.raises(UsageError, match="unknown data option 'max-lenght' .did you mean max_length"):
+    with pytest.raises(UsageError, match=r"data option max-lenght: data has no such option \(valid: .*\); did you mean max_length"):
         parse_data_options({"max-lenght": "4"})
     with pytest.raises(UsageError, match="one input; this model has 3"):
         (tmp_path / "imgs").mkdir()

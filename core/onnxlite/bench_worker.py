@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any
 
+from .errors import one_line
+
 
 def peak_rss_bytes() -> int:
     """The process's peak resident set so far.
@@ -168,7 +170,7 @@ def main() -> None:
             from .errors import UsageError
 
             usage = isinstance(exc, (UsageError, _Usage))
-            text = str(exc) if usage else f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+            text = str(exc) if usage else f"{one_line(exc, 400, kind=True)}"
             reply = {"ok": False, "error": text, "usage": usage}
         proto.write(json.dumps(reply) + "\n")
         proto.flush()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import UsageError, one_line
 from .metrics import (ResolvedMetric, choose_primary, compute, drop, parse_budgets, resolve_metrics)
 from .protocols import MetricContext
 
@@ -245,7 +245,7 @@ class Judge:
             except UsageError as exc:
                 raise UsageError(f"{path}: {exc}") from None
             except Exception as exc:
-                raise UsageError(f"{path}: onnxruntime failed on the data ({' '.join(str(exc).split())[:300]})") from None
+                raise UsageError(f"{path}: onnxruntime failed on the data ({one_line(exc, 300)})") from None
         return self._align(_concat(outputs, f"{path}: output"), path)
 
     def _align(self, outputs: dict[str, np.ndarray], path: Any) -> dict[str, np.ndarray]:
@@ -388,7 +388,7 @@ def _run_source(model: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nda
         raise
     except Exception as exc:
         raise UsageError(f"the reference model failed on the data: {type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:300]}") from exc
+                         f"{one_line(exc, 300)}") from exc
     return {k: np.asarray(v) for k, v in outputs.items()}
 
 

@@ -21,7 +21,6 @@ Options (``--calibration-option key=value``) are declared in :data:`DATA_OPTIONS
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -61,20 +60,9 @@ ChunkSource = Callable[[], Iterable[Mapping[str, Any]]]
 
 def parse_data_options(options: Mapping[str, Any] | None, where: str = "data") -> dict[str, Any]:
     """Typed values for :data:`DATA_OPTIONS` (defaults filled in); unknown keys are a UsageError."""
-    known = {o.name: o for o in DATA_OPTIONS}
-    parsed = {o.name: o.default for o in DATA_OPTIONS}
-    for given, raw in (options or {}).items():
-        key = str(given).replace("-", "_")   # the command line spells them either way
-        option = known.get(key)
-        if option is None:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(known)})"
-            raise UsageError(f"{where}: unknown data option {given!r}{hint}")
-        try:
-            parsed[key] = option.parse(raw)
-        except ValueError as exc:
-            raise UsageError(f"{where}: data option {key}: {exc}") from None
-    return parsed
+    from .specs import parse_options
+
+    return parse_options(DATA_OPTIONS, options, flag="data option", owner=where)
 
 
 def _rows(chunk: Mapping[str, Any]) -> int:

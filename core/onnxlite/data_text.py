@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import UsageError, one_line
 
 if TYPE_CHECKING:
     from .inputs import InputSpec
@@ -35,7 +35,7 @@ def load_tokenizer(folder: str | Path, where: str) -> Any:
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as exc:
         raise UsageError(f"{where}: cannot load a tokenizer from {folder} "
-                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+                         f"({one_line(exc, 200, kind=True)})") from None
 
 
 def load_text(path: Path, inputs: Sequence[InputSpec] | None, options: dict[str, Any]):

@@ -34,3 +34,13 @@ class PluginConflictError(OnnxliteError):
 
 class VerificationError(OnnxliteError):
     """A model's outputs differ from the reference beyond tolerance."""
+
+
+def one_line(exc: BaseException | str, limit: int = 300, kind: bool = False) -> str:
+    """``exc``'s message on one line (whitespace collapsed), cut at ``limit`` characters.
+
+    With ``kind``, the exception's type name goes first (``ValueError: ...``): for
+    errors from a library, where the type says more than the message.
+    """
+    text = " ".join(str(exc).split())[:limit] or "(no message)"
+    return f"{type(exc).__name__}: {text}" if kind and isinstance(exc, BaseException) else text

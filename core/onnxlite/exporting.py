@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import OnnxliteError, UsageError, VerificationError
+from .errors import OnnxliteError, UsageError, VerificationError, one_line
 from .verify import DEFAULT_ATOL, DEFAULT_RTOL, Verification
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def _run_reference(model: Any, feeds: Mapping[str, np.ndarray], specs: Sequence[
         shapes = ", ".join(f"{n}{list(a.shape)}" for n, a in feeds.items())
         given = " ".join(str(s) for s in specs)
         raise UsageError(f"{source}: the model failed on sample inputs {shapes} built from {given} "
-                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); check --input") from None
+                         f"({one_line(exc, 200, kind=True)}); check --input") from None
 
 
 def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, framework: str = "auto",

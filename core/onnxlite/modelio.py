@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .atomic import scratch_dir
-from .errors import UsageError
+from .errors import UsageError, one_line
 
 if TYPE_CHECKING:
     import onnx
@@ -43,7 +43,7 @@ def load_model(path: str | os.PathLike[str], load_external_data: bool = True) ->
     try:
         model = onnx.load(str(path), load_external_data=load_external_data)
     except Exception as exc:
-        raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+        raise UsageError(f"{path}: not a readable ONNX model ({one_line(exc, 200, kind=True)})") from None
     if not model.graph.node and not model.graph.output:
         raise UsageError(f"{path}: not a readable ONNX model (empty graph)")
     return model
@@ -57,7 +57,7 @@ def check_model(path: str | os.PathLike[str]) -> None:
     try:
         onnx.checker.check_model(str(path))
     except Exception as exc:
-        raise UsageError(f"{path}: invalid ONNX model ({' '.join(str(exc).split())[:300]})") from None
+        raise UsageError(f"{path}: invalid ONNX model ({one_line(exc, 300)})") from None
 
 
 def uses_external_data(model: onnx.ModelProto) -> bool:

@@ -22,6 +22,7 @@ from functools import lru_cache
 import pluggy
 
 from . import hookspecs
+from .errors import one_line
 
 ENTRY_POINT_GROUP = "onnxlite"
 
@@ -78,11 +79,6 @@ def _truthy(var: str) -> bool:
     return os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or "(no message)"
-    return f"{type(exc).__name__}: {text}"
-
-
 class PluginHost:
     """The pluggy manager plus what we learnt while loading plugins."""
 
@@ -101,14 +97,14 @@ class PluginHost:
         try:
             self.pm.register(module, name=name)
         except Exception as exc:  # pluggy's PluginValidationError, duplicate names...
-            self.broken.append(BrokenPlugin(name, distribution, version, one_line(exc)))
+            self.broken.append(BrokenPlugin(name, distribution, version, one_line(exc, 1000, kind=True)))
             return
         try:
             # Catches hooks whose names match no spec (misspelt hooks).
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
             self.pm.unregister(module)
-            self.broken.append(BrokenPlugin(name, distribution, version, one_line(exc)))
+            self.broken.append(BrokenPlugin(name, distribution, version, one_line(exc, 1000, kind=True)))
             return
         self.info[name] = PluginInfo(name, distribution, version, builtin)
 
@@ -122,7 +118,7 @@ class PluginHost:
             try:
                 module = importlib.import_module(module_name)
             except Exception as exc:
-                self.broken.append(BrokenPlugin(name, "onnxlite", version, one_line(exc)))
+                self.broken.append(BrokenPlugin(name, "onnxlite", version, one_line(exc, 1000, kind=True)))
                 continue
             self.register(module, name, "onnxlite", version, builtin=True)
 
@@ -146,7 +142,7 @@ class PluginHost:
             except BaseException as exc:  # a plugin calling sys.exit must not stop us either
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                self.broken.append(BrokenPlugin(ep.name, dist_name, dist_version, f"failed to import: {one_line(exc)}"))
+                self.broken.append(BrokenPlugin(ep.name, dist_name, dist_version, f"failed to import: {one_line(exc, 1000, kind=True)}"))
                 continue
             self.register(module, ep.name, dist_name, dist_version, builtin=False)
 
@@ -163,7 +159,7 @@ class PluginHost:
                 result = impl.function()
             except Exception as exc:
                 self.broken.append(BrokenPlugin(info.name, info.distribution, info.version,
-                                                f"{hook_name}() raised {one_line(exc)}"))
+                                                f"{hook_name}() raised {one_line(exc, 1000, kind=True)}"))
                 continue
             if self.tracing:
                 sys.stderr.write(f"[onnxlite] {impl.plugin_name}.{hook_name}() -> {result!r}\n")
@@ -186,7 +182,4 @@ def get_plugin_manager() -> pluggy.PluginManager:
 
 def reset() -> None:
     """Forget loaded plugins (tests use this after changing the environment)."""
-    get_plugin_host.cache_clear()
-    from . import registry
-
-    registry.get_registry.cache_clear()
+    get_plugin_host.cache_clear()  # the registry is keyed by the host, so it follows

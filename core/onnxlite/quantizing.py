@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import OnnxliteError, UsageError, VerificationError
+from .errors import OnnxliteError, UsageError, VerificationError, one_line
 from .runtime import quiet_root_logging  # noqa: F401  (its old home; plugins import it from onnxlite.runtime)
 
 if TYPE_CHECKING:
@@ -177,14 +177,14 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
                  on_warning: Callable[[str], None] | None = None, option_flag: str = "--option") -> QuantizeResult:
     """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
     from .atomic import scratch_dir
-    from .cli.common import parse_options
     from .modelio import check_exists, external_data_files, load_model, model_size, publish_model, quantized_ops
     from .protocols import QuantizeContext, QuantizeOutcome
+    from .specs import parse_spec_options
 
     source = check_exists(model)
     entry = get_strategy(strategy_name)
     spec: QuantizerSpec = entry.spec  # type: ignore[assignment]
-    values = parse_options(spec, options, flag=option_flag)
+    values = parse_spec_options(spec, options, flag=option_flag)
     target = Path(output) if output is not None else default_output(source, spec.name)
     if target.exists() and target.resolve() == source.resolve():
         raise UsageError(f"{target}: the output would overwrite the input model; choose another -o")
@@ -212,7 +212,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         except OnnxliteError:
             raise
         except Exception as exc:
-            message = " ".join(str(exc).split())[:400]
+            message = one_line(exc, 400)
             raise OnnxliteError(f"strategy {spec.name!r} failed on {source}: {type(exc).__name__}: {message}") from exc
         seconds = time.perf_counter() - started
         outcome = outcome or QuantizeOutcome()
@@ -264,7 +264,7 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
     try:
         session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        reason = " ".join(str(exc).split())[:300]
+        reason = one_line(exc, 300)
         if spec.gpu_only_gain:
             warn(f"the {spec.name} model does not load on the CPU provider here ({reason}); it targets GPUs")
             return {"ran": False, "reason": reason}

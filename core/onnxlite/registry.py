@@ -159,7 +159,15 @@ class Registry:
         return self.get(kind, name).create()
 
 
-@lru_cache(maxsize=1)
 def get_registry() -> Registry:
-    """The process-wide registry over the process-wide plugin host."""
-    return Registry(get_plugin_host())
+    """The process-wide registry over the process-wide plugin host.
+
+    Keyed by the host, so that ``plugins.reset()`` (a new host) brings a new registry
+    without the plugin module having to know this one (no import cycle).
+    """
+    return _registry_for(get_plugin_host())
+
+
+@lru_cache(maxsize=1)
+def _registry_for(host: PluginHost) -> Registry:
+    return Registry(host)

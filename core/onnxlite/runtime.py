@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import UsageError, one_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -91,7 +91,7 @@ def create_session(model_path: str | os.PathLike[str], settings: SessionSettings
     try:
         session = ort.InferenceSession(str(path), options or session_options(settings), providers=providers)
     except Exception as exc:
-        raise UsageError(f"{path}: onnxruntime cannot load it ({' '.join(str(exc).split())[:300]})") from None
+        raise UsageError(f"{path}: onnxruntime cannot load it ({one_line(exc, 300)})") from None
     wanted = providers[0][0]
     if wanted not in session.get_providers():
         raise UsageError(f"--provider {settings.provider}: onnxruntime did not enable {wanted} "

@@ -159,14 +159,9 @@ def load_source(source: str, framework: str = "auto", options: Mapping[str, Any]
 
 def _framework_options(spec: Any, user_options: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
     """Only the options the user named, typed (the plugin applies its own defaults to the rest)."""
-    from .cli.common import parse_options
+    from .specs import parse_spec_options
 
-    if isinstance(user_options, Mapping):
-        named = [str(key) for key in user_options]
-    else:
-        named = [str(pair).partition("=")[0].strip() for pair in user_options]
-    values = parse_options(spec, user_options, flag="--option")
-    return {key: values[key] for key in (name.replace("-", "_") for name in named)}
+    return parse_spec_options(spec, user_options, flag="--option", defaults=False)
 
 
 def _guess(obj: Any, source: str) -> str:

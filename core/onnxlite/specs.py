@@ -10,7 +10,8 @@ tensorflow.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -68,6 +69,62 @@ class Option:
     def describe_type(self) -> str:
         base = "|".join(self.choices) if self.choices else self.type.__name__
         return f"{base}[,...]" if self.multiple else base
+
+
+def split_pair(pair: str, flag: str = "--option") -> tuple[str, str]:
+    """``"key=value"`` as ``(key, value)``; anything else is a usage error naming ``flag``."""
+    from .errors import UsageError
+
+    key, sep, value = str(pair).partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"{flag} {pair!r}: expected key=value")
+    return key.strip(), value
+
+
+def option_pairs(pairs: Iterable[str], flag: str = "--option") -> dict[str, str]:
+    """``["key=value", ...]`` from a repeatable flag as a dict; a malformed item is a usage error."""
+    return dict(split_pair(p, flag) for p in pairs)
+
+
+def parse_options(options: Sequence[Option], given: Mapping[str, Any] | Iterable[str] | None, *,
+                  flag: str = "--option", owner: str = "this", defaults: bool = True,
+                  allow_unknown: bool = False) -> dict[str, Any]:
+    """The one typed-option parser: ``key=value`` strings (or a mapping) as typed values of ``options``.
+
+    Names may be spelt with dashes or underscores.  With ``defaults`` every
+    declared option is in the result (its default when not given); without, only
+    the given ones.  ``allow_unknown`` passes undeclared names through untyped.
+    Errors read the same everywhere: ``FLAG KEY: OWNER has no such option
+    (valid: ...)`` (with a "did you mean" when one is close) and ``FLAG KEY=VALUE: reason``.
+    """
+    from .errors import UsageError
+
+    declared = {o.name: o for o in options}
+    items = (given.items() if isinstance(given, Mapping)
+             else (split_pair(p, flag) for p in (given or ())))
+    values: dict[str, Any] = {o.name: o.default for o in options} if defaults else {}
+    for given_key, raw in items:
+        key = str(given_key).strip().replace("-", "_")
+        option = declared.get(key)
+        if option is None:
+            if allow_unknown:
+                values[str(given_key)] = raw  # passed on as spelt: the receiver knows its own names
+                continue
+            close = difflib.get_close_matches(key, declared, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise UsageError(f"{flag} {given_key}: {owner} has no such option "
+                             f"(valid: {', '.join(sorted(declared)) or 'none'}){hint}")
+        try:
+            values[key] = option.parse(raw)
+        except ValueError as exc:
+            raise UsageError(f"{flag} {given_key}={raw}: {exc}") from None
+    return values
+
+
+def parse_spec_options(spec: Spec, given: Mapping[str, Any] | Iterable[str] | None, flag: str = "--option",
+                       defaults: bool = True) -> dict[str, Any]:
+    """:func:`parse_options` for a plugin's spec (the owner reads ``strategy 'dynamic'`` and so on)."""
+    return parse_options(spec.options, given, flag=flag, owner=f"{spec.kind} {spec.name!r}", defaults=defaults)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import one_line
+
 if TYPE_CHECKING:
     from .comparing import Judge
 
@@ -117,7 +119,7 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
     except OnnxliteError as exc:
         result.status, result.error = "failed", str(exc)
     except Exception as exc:  # a plugin's own bug: recorded, never fatal to the search
-        result.status, result.error = "failed", f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+        result.status, result.error = "failed", f"{one_line(exc, 400, kind=True)}"
     result.seconds = round(time.perf_counter() - started, 2)
     return result
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from ..errors import UsageError
-from ..specs import Spec
+from ..specs import option_pairs  # noqa: F401  (the one typed-option parser lives in the core)
 
 
 def console(stderr: bool = False):
@@ -61,41 +60,6 @@ def session_settings(provider: str, threads: int | None, graph_optimization: str
 
     return SessionSettings(provider=provider, threads=threads, graph_optimization=graph_optimization,
                            execution_mode=execution_mode)
-
-
-def parse_options(spec: Spec, pairs: Iterable[str] | Mapping[str, Any], flag: str = "--option") -> dict[str, Any]:
-    """Turn ``key=value`` strings (or a mapping) into typed values for ``spec``'s declared options.
-
-    Unknown names are an error that lists the valid ones; missing ones get their defaults.
-    """
-    raw: dict[str, Any] = {}
-    items = pairs.items() if isinstance(pairs, Mapping) else (_split_pair(p, flag) for p in pairs)
-    for key, value in items:
-        raw[key.replace("-", "_")] = value
-    valid = {o.name: o for o in spec.options}
-    values = {o.name: o.default for o in spec.options}
-    for key, value in raw.items():
-        option = valid.get(key)
-        if option is None:
-            names = ", ".join(sorted(valid)) or "none"
-            raise UsageError(f"{flag} {key}: {spec.kind} {spec.name!r} has no such option (valid: {names})")
-        try:
-            values[key] = option.parse(value)
-        except ValueError as exc:
-            raise UsageError(f"{flag} {key}={value}: {exc}") from None
-    return values
-
-
-def option_pairs(pairs: Iterable[str], flag: str) -> dict[str, str]:
-    """``["key=value", ...]`` from a repeatable flag as a dict; a malformed item is a usage error."""
-    return dict(_split_pair(p, flag) for p in pairs)
-
-
-def _split_pair(pair: str, flag: str) -> tuple[str, str]:
-    key, sep, value = pair.partition("=")
-    if not sep or not key.strip():
-        raise UsageError(f"{flag} {pair!r}: expected key=value")
-    return key.strip(), value
 
 
 def is_tty() -> bool:

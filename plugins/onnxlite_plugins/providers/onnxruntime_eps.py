@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from onnxlite import Option, ProviderSpec, UsageError, hookimpl
+from onnxlite import Option, ProviderSpec, hookimpl
 
 CPU = "CPUExecutionProvider"
 #: onnxruntime wheels share the ``onnxruntime`` module; two installed at once shadow each other
@@ -57,17 +57,13 @@ class OrtProvider:
 
     def session_providers(self, options: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         values = dict(self.spec.provider_options)
-        declared = {o.name: o for o in self.spec.options}
-        for key, raw in options.items():
-            option = declared.get(key)
-            if option is None and declared:
-                raise UsageError(f"provider option {key!r}: {self.spec.name} has no such option "
-                                 f"(valid: {', '.join(sorted(declared))})")
-            try:
-                value = option.parse(raw) if option is not None else raw
-            except ValueError as exc:
-                raise UsageError(f"provider option {key}={raw}: {exc}") from None
-            values[key] = value
+        from onnxlite.specs import parse_options
+
+        # Only the options given override the spec's defaults; a provider that declares none passes
+        # whatever it is given on to onnxruntime.
+        values.update(parse_options(self.spec.options, options, flag="provider option",
+                                    owner=f"provider {self.spec.name!r}", defaults=False,
+                                    allow_unknown=not self.spec.options))
         # onnxruntime wants provider option values as strings or plain numbers
         chosen = [(self.spec.ort_name, {k: (str(v) if isinstance(v, bool) else v) for k, v in values.items()})]
         if self.spec.ort_name != CPU:

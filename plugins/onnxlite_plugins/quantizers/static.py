@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from onnxlite.errors import one_line
 from onnxlite import OnnxliteError, Option, QuantizeContext, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
 from .common import CalibrationReader, expand_node_patterns
@@ -74,7 +75,7 @@ class StaticQuantizer:
             except Exception as exc:
                 # Preprocessing is an optimization; quantize_static copes without it.
                 context.warn(f"static: pre-processing failed, quantizing the model as is "
-                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})")
+                             f"({one_line(exc, 160, kind=True)})")
                 prepared = Path(model)
             prepared_proto = onnx.load(str(prepared), load_external_data=False)
             graph = prepared_proto.graph
@@ -140,10 +141,10 @@ class StaticQuantizer:
             except UsageError:
                 raise
             except ValueError as exc:
-                raise UsageError(f"static: {' '.join(str(exc).split())[:300]}") from None
+                raise UsageError(f"static: {one_line(exc, 300)}") from None
             except Exception as exc:
                 raise OnnxliteError(f"static: quantize_static failed ({type(exc).__name__}: "
-                                    f"{' '.join(str(exc).split())[:300]})") from exc
+                                    f"{one_line(exc, 300)})") from exc
 
             from onnxlite.modelio import publish_model
 
