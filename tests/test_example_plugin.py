@@ -50,8 +50,7 @@ def mlp(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def gemm_head(tmp_path_factory) -> Path:
+def write_gemm_head(path: Path) -> Path:
     """Two MatMuls and a Gemm head named as torch.onnx names an nn.Linear (``/model/head/Gemm``, transB=1)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -73,9 +72,13 @@ def gemm_head(tmp_path_factory) -> Path:
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
-    path = tmp_path_factory.mktemp("gemm") / "gemm_head.onnx"
     onnx.save(model, str(path))
     return path
+
+
+@pytest.fixture(scope="module")
+def gemm_head(tmp_path_factory) -> Path:
+    return write_gemm_head(tmp_path_factory.mktemp("gemm") / "gemm_head.onnx")
 
 
 def really_quantized(original: Path, output: Path) -> tuple[list[str], list[str]]:
