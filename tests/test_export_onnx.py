@@ -91,7 +91,7 @@ def test_refuses_to_overwrite_its_source(onnx_file):
 
 
 def test_detect_framework(onnx_file, tmp_path):
-    from onnxlite.sources import detect_framework
+    from onnxlite.conversion.sources import detect_framework
 
     assert detect_framework(str(onnx_file)) == "onnx"
     weights = tmp_path / "w.pth"
@@ -111,7 +111,7 @@ def test_detect_framework(onnx_file, tmp_path):
 
 def test_load_source_python_ref_runs_and_asks_for_inputs():
     from onnxlite.inputs import parse_input_spec
-    from onnxlite.sources import load_source
+    from onnxlite.conversion.sources import load_source
 
     loaded = load_source(f"{MODELS}:argmax_net")
     assert loaded.framework == "pytorch"
@@ -124,9 +124,9 @@ def test_load_source_python_ref_runs_and_asks_for_inputs():
 
 
 def test_verify_reports_per_output_and_fails_beyond_tolerance(onnx_file):
-    from onnxlite.exporting import sample_sets
-    from onnxlite.sources import load_source
-    from onnxlite.verify import verify
+    from onnxlite.conversion.export import sample_sets
+    from onnxlite.conversion.sources import load_source
+    from onnxlite.conversion.verify import verify
 
     loaded = load_source(str(onnx_file))
     feeds = sample_sets(loaded.input_specs)
@@ -144,7 +144,7 @@ def test_verify_reports_per_output_and_fails_beyond_tolerance(onnx_file):
 
 
 def test_sample_sets_use_user_samples_and_check_them():
-    from onnxlite.exporting import sample_sets
+    from onnxlite.conversion.export import sample_sets
     from onnxlite.inputs import parse_input_spec
 
     specs = [parse_input_spec("x:float32[batch,16]")]

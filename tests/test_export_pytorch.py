@@ -115,8 +115,8 @@ def test_transformers_folder_inputs_derived_and_padded(bert_dir, tmp_path, expor
 
 
 def test_transformer_sample_sets_are_valid_and_padded(bert_dir):
-    from onnxlite.exporting import sample_sets
-    from onnxlite.sources import load_source
+    from onnxlite.conversion.export import sample_sets
+    from onnxlite.conversion.sources import load_source
 
     loaded = load_source(str(bert_dir))
     assert loaded.framework == "pytorch"

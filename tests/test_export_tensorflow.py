@@ -326,7 +326,7 @@ def test_keras_mlp_example_trains_and_exports(tmp_path):
     import onnxlite
     from conftest import ROOT
     from onnxlite.pyref import load_python_ref
-    from onnxlite.sources import load_source
+    from onnxlite.conversion.sources import load_source
 
     out = load_python_ref(str(ROOT / "examples" / "keras_mlp" / "train.py") + ":main")(str(tmp_path))
     data = np.load(out / "digits_test.npz")
@@ -365,7 +365,7 @@ def test_cli_option_picks_a_saved_model_signature(sources, tmp_path):
 
 def test_a_plain_function_of_the_inputs_reaches_the_plugin(sources, tmp_path):
     """The host must not call a function that takes the model's inputs as if it were a factory."""
-    from onnxlite.sources import load_source
+    from onnxlite.conversion.sources import load_source
 
     loaded = load_source(f"{sources / 'functions.py'}:plain_relu", "tensorflow",
                          {"inputs": [InputSpec("x", "float32", ("batch", 4))]})

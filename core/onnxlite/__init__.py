@@ -23,7 +23,7 @@ __all__ = [
 #: public name -> (module, attribute), imported on first access
 _LAZY = {
     "get_registry": ("registry", "get_registry"),
-    "export": ("exporting", "export"),
+    "export": ("conversion.export", "export"),
     "quantize": ("quantizing", "quantize"),
     "compare": ("comparing", "compare"),
     "bench": ("benchmarking", "bench"),

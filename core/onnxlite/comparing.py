@@ -369,7 +369,7 @@ class ReferenceModel:
             specs = (lambda: list(inputs)) if inputs else (lambda: [s.with_role() for s in model.input_specs()])
             return cls(type(model).__name__, framework if framework != "auto" else "python",
                        lambda feeds: _run_source(model, feeds), specs)
-        from .sources import INPUTS, load_source
+        from .conversion.sources import INPUTS, load_source
 
         opts = dict(options or {})
         if inputs:

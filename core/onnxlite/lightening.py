@@ -327,7 +327,7 @@ class _Search:
 
     # 1. export
     def export(self, framework, inputs, model_class, opset, exporter) -> None:
-        from .exporting import export
+        from .conversion.export import export
         from .inputs import specs_from_onnx
 
         self.emit("stage", {"message": "exporting and verifying against the source"})

@@ -1,4 +1,4 @@
-"""``onnxlite export``: a thin layer over :func:`onnxlite.exporting.export`."""
+"""``onnxlite export``: a thin layer over :func:`onnxlite.conversion.export.export`."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def export(source: str, output: str, framework: str, inputs: tuple[str, ...], op
     file, a torch.export .pt2, a state dict .pt with --model-class, a transformers
     folder, a Keras/SavedModel source, or an .onnx file.
     """
-    from ..exporting import export as run_export
-    from ..verify import DEFAULT_ATOL, DEFAULT_RTOL
+    from ..conversion.export import export as run_export
+    from ..conversion.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
     err = console(stderr=True)

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import OnnxliteError, UsageError, VerificationError, one_line
+from ..errors import OnnxliteError, UsageError, VerificationError, one_line
 from .verify import DEFAULT_ATOL, DEFAULT_RTOL, Verification
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .inputs import InputSpec
-    from .runtime import SessionSettings
+    from ..inputs import InputSpec
+    from ..runtime import SessionSettings
 
 #: Recent enough for transformer graphs, supported by both torch exporters and every onnxruntime >= 1.15.
 DEFAULT_OPSET = 18
@@ -91,8 +91,8 @@ def sample_sets(input_specs: Sequence[InputSpec], samples: Any = None) -> list[d
     different batch sizes and sequence lengths, padded where there are masks,
     with every value in its input's valid range.
     """
-    from .data import Dataset, load_data, validate
-    from .inputs import make_feeds
+    from ..data import Dataset, load_data, validate
+    from ..inputs import make_feeds
 
     specs = [spec.with_role() for spec in input_specs]
     if samples is not None:
@@ -128,7 +128,7 @@ def _versions(extra: str | None) -> str:
     import onnx
     import onnxruntime
 
-    from . import __version__
+    from .. import __version__
 
     versions = json.loads(extra) if extra else {}
     versions.update({"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "onnxlite": __version__})
@@ -162,7 +162,7 @@ def _check_output(output: Path, source: str) -> None:
 
 
 def _coerce_inputs(inputs: Sequence[InputSpec | str] | None) -> list[InputSpec] | None:
-    from .inputs import InputSpec, parse_input_spec
+    from ..inputs import InputSpec, parse_input_spec
 
     if not inputs:
         return None
@@ -204,8 +204,8 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
     :class:`VerificationError` when outputs differ beyond ``atol``/``rtol``
     (nothing is written then).
     """
-    from .atomic import scratch_dir
-    from .modelio import external_data_files, load_model, model_size, save_model, set_metadata
+    from ..atomic import scratch_dir
+    from ..modelio import external_data_files, load_model, model_size, save_model, set_metadata
     from .sources import INPUTS, load_source
     from .verify import verify as run_verify
 

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from .inputs import InputSpec
-    from .protocols import SourceModel
+    from ..inputs import InputSpec
+    from ..protocols import SourceModel
 
 #: options key under which an already imported Python object reaches ``Exporter.load``
 PYTHON_OBJECT = "python_object"
@@ -53,7 +53,7 @@ class LoadedSource:
 
 
 def _frameworks():
-    from .registry import get_registry
+    from ..registry import get_registry
 
     return get_registry().all("framework")
 
@@ -80,7 +80,7 @@ def _python_object(source: str) -> tuple[Any, str | None]:
     """
     import inspect
 
-    from .pyref import guess_framework, load_python_ref, needs_arguments
+    from ..pyref import guess_framework, load_python_ref, needs_arguments
 
     obj = load_python_ref(source, "source")
     framework = guess_framework(obj)
@@ -102,7 +102,7 @@ def _missing(source: str) -> UsageError:
 
 def detect_framework(source: str) -> str:
     """Name of the framework plugin that should load ``source``; a clear UsageError when none (or several) claim it."""
-    from .pyref import is_python_ref
+    from ..pyref import is_python_ref
 
     source = str(source)
     if is_python_ref(source):
@@ -134,8 +134,8 @@ def load_source(source: str, framework: str = "auto", options: Mapping[str, Any]
     are checked against the chosen plugin's declared options and typed; an
     unknown name is a usage error that lists the valid ones.
     """
-    from .pyref import is_python_ref
-    from .registry import get_registry
+    from ..pyref import is_python_ref
+    from ..registry import get_registry
 
     source = str(source)
     options = dict(options or {})
@@ -159,13 +159,13 @@ def load_source(source: str, framework: str = "auto", options: Mapping[str, Any]
 
 def _framework_options(spec: Any, user_options: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
     """Only the options the user named, typed (the plugin applies its own defaults to the rest)."""
-    from .specs import parse_spec_options
+    from ..specs import parse_spec_options
 
     return parse_spec_options(spec, user_options, flag="--option", defaults=False)
 
 
 def _guess(obj: Any, source: str) -> str:
-    from .pyref import guess_framework
+    from ..pyref import guess_framework
 
     framework = guess_framework(obj)
     if framework is None:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-    from .protocols import SourceModel
-    from .runtime import SessionSettings
+    from ..protocols import SourceModel
+    from ..runtime import SessionSettings
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
@@ -116,7 +116,7 @@ def compare_outputs(reference: Mapping[str, np.ndarray], candidate: Mapping[str,
     """Rows for one feed set.  Outputs are matched by name, else by position when the counts agree."""
     import numpy as np
 
-    from .numerics import cosine_per_sample, is_floating, max_abs_diff
+    from ..numerics import cosine_per_sample, is_floating, max_abs_diff
 
     pairs: list[tuple[str, Any, Any]] = []
     if set(reference) <= set(candidate):
@@ -164,7 +164,7 @@ def verify(source_model: SourceModel | None, onnx_path: str | os.PathLike[str],
     e.g. from a freshly loaded model before exporting; otherwise
     ``source_model.run`` computes them now.
     """
-    from .runtime import create_session, run_session
+    from ..runtime import create_session, run_session
 
     if references is None:
         if source_model is None:
