@@ -20,7 +20,7 @@ import onnxlite
 from onnxlite.errors import UsageError
 from onnxlite.graph_family import model_family
 from onnxlite.modelio import external_data_files, get_metadata
-from onnxlite.quantizing import applicable_strategies
+from onnxlite.quantization.run import applicable_strategies
 
 from conftest import make_plugin_dist, run_cli
 

@@ -16,7 +16,7 @@ import pytest
 import onnxlite
 from export_models import LastHiddenState
 from onnxlite.graph_family import model_family
-from onnxlite.quantizing import applicable_strategies
+from onnxlite.quantization.run import applicable_strategies
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

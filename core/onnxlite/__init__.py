@@ -24,7 +24,7 @@ __all__ = [
 _LAZY = {
     "get_registry": ("registry", "get_registry"),
     "export": ("conversion.export", "export"),
-    "quantize": ("quantizing", "quantize"),
+    "quantize": ("quantization.run", "quantize"),
     "compare": ("comparing", "compare"),
     "bench": ("benchmarking", "bench"),
     "lighten": ("lightening", "lighten"),

@@ -95,7 +95,7 @@ def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
 def run_task(task: Mapping[str, Any]) -> TaskResult:
     """Quantize the float model with the task's candidate, then judge the result."""
     from .errors import OnnxliteError
-    from .quantizing import quantize
+    from .quantization.run import quantize
 
     candidate = task["candidate"]
     result = TaskResult(name=candidate["name"], strategy=candidate["strategy"], options=dict(candidate["options"]),

@@ -32,7 +32,8 @@ class StrategyCommand(click.Command):
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         super().format_help(ctx, formatter)
         name = ctx.meta.get("onnxlite.strategy")
-        from ..quantizing import get_strategy, strategies
+        from ..quantization.run import get_strategy, strategies
+        from .plugins import cli_options, cli_value
 
         if not name:
             with formatter.section("Strategies (--strategy NAME --help shows its options)"):
@@ -54,9 +55,8 @@ class StrategyCommand(click.Command):
         with formatter.section(f"Options of {spec.name!r} (--option NAME=VALUE)"):
             rows = []
             for option in spec.options:
-                default = option.default
-                if isinstance(default, (list, tuple)):
-                    default = ",".join(str(d) for d in default) or "none"
+                # Defaults as they are typed on the command line (MatMul,Gemm; true), as the grid below.
+                default = cli_value(option.default) if option.default not in (None, (), []) else "none"
                 rows.append((f"{option.name}={option.describe_type()}", f"{option.help} [default: {default}]"))
             if rows:
                 formatter.write_dl(rows)
@@ -64,11 +64,10 @@ class StrategyCommand(click.Command):
                 formatter.write_text("(none)")
         if spec.grid and any(spec.grid):
             with formatter.section("Tried by `lighten`"):
-                formatter.write_text("; ".join(", ".join(f"{k}={v}" for k, v in g.items()) or "defaults"
-                                               for g in spec.grid))
+                formatter.write_text("; ".join(cli_options(g) for g in spec.grid))
 
 
-@click.command(cls=StrategyCommand)
+@click.command(cls=StrategyCommand, short_help="Quantize an ONNX model with one strategy (built-in or plugin).")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Output .onnx path [default: MODEL.<strategy>.onnx beside the input].")
@@ -88,7 +87,7 @@ def quantize(model: str, output: str | None, strategy: str, options: tuple[str, 
     The input is never modified; the output is written atomically and records
     the strategy and its options in its metadata.
     """
-    from ..quantizing import run_quantize
+    from ..quantization.run import run_quantize
 
     err = console(stderr=True)
     calib = option_pairs(calibration_options, "--calibration-option")

@@ -1,0 +1,234 @@
+"""``onnxlite.quantize``: run one lightweighting strategy on an ONNX file, safely.
+
+The host owns everything around the math: it refuses bad input in one line,
+reaches the strategy through the registry (built-in and third-party alike),
+feeds it calibration data when it asks for some, gives it a scratch folder,
+smoke-checks what it produced against the input model, and only then publishes
+the result atomically with its provenance in ``metadata_props``.  The input
+file is never written to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import OnnxliteError, UsageError, one_line
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from ..registry import Registered
+    from ..specs import QuantizerSpec
+
+#: metadata keys written into every output
+STRATEGY_KEY = "onnxlite.strategy"
+STRATEGY_OPTIONS_KEY = "onnxlite.strategy_options"
+
+
+@dataclass
+class QuantizeResult:
+    """What one ``quantize`` run produced."""
+
+    path: Path
+    strategy: str
+    options: dict[str, Any]
+    size_before: int
+    size_after: int
+    quantized_ops: dict[str, int]
+    excluded_nodes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+
+    @property
+    def ratio(self) -> float:
+        """How many times smaller the output is (``size_before / size_after``)."""
+        return self.size_before / self.size_after if self.size_after else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data["source"] = str(self.source) if self.source else None
+        data["ratio"] = round(self.ratio, 4)
+        data["options"] = _plain_options(self.options)
+        return data
+
+
+class CalibrationData:
+    """Calibration samples as a quantizer sees them in ``QuantizeContext.calibration``.
+
+    Iterating yields one feed dict per sample (``{input name: array}`` with a
+    batch axis of 1), which is what onnxruntime's calibration readers want.
+    Everything else (``batches(n)``, ``arrays``, ``labels``, ``len``) comes from
+    the underlying :class:`onnxlite.data.Dataset`, available as ``.dataset``.
+    """
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return iter(self.dataset.batches(1))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.dataset, name)
+
+
+# ---------------------------------------------------------------- strategies
+
+
+def get_strategy(name: str) -> Registered:
+    """The registered quantizer ``name`` (unknown names raise with "did you mean")."""
+    from ..registry import get_registry
+
+    return get_registry().get("quantizer", name)
+
+
+def strategies() -> list[Registered]:
+    from ..registry import get_registry
+
+    return get_registry().all("quantizer")
+
+
+def applicable_strategies(model: Any, available_only: bool = True) -> list[Registered]:
+    """Strategies whose ``applies_to`` fits the model's graph family (see :func:`onnxlite.graph_family.model_family`)."""
+    from ..graph_family import matches, model_family
+
+    family = model_family(model)
+    found = [r for r in strategies() if matches(tuple(r.spec.applies_to), family)]  # type: ignore[attr-defined]
+    return [r for r in found if r.available] if available_only else found
+
+
+# ---------------------------------------------------------------- the run
+
+
+def default_output(model: Path, strategy_name: str) -> Path:
+    return model.with_name(f"{model.stem}.{strategy_name}{model.suffix or '.onnx'}")
+
+
+def _check_input(model: Path) -> onnx.ModelProto:
+    from ..modelio import get_metadata, is_quantized, load_model, quantized_ops
+
+    proto = load_model(model, load_external_data=False)
+    if is_quantized(proto):
+        ops = quantized_ops(proto)
+        why = (f"it already has {', '.join(f'{n} {op}' for op, n in ops.items())}" if ops
+               else f"its metadata says it came from strategy {get_metadata(proto).get(STRATEGY_KEY)!r}")
+        raise UsageError(f"{model}: already quantized ({why}); quantize the float model instead")
+    return proto
+
+
+def _plain_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
+
+
+def _load_calibration(spec: QuantizerSpec, model: Path, proto: onnx.ModelProto, calibration: Any,
+                      calibration_options: Mapping[str, Any] | None, warn: Callable[[str], None]) -> Any:
+    if calibration is None:
+        if spec.needs_calibration:
+            raise UsageError(f"--strategy {spec.name} needs calibration data: pass --calibration PATH "
+                             "(see docs/calibration.md for the formats)")
+        return None
+    if not spec.needs_calibration:
+        warn(f"strategy {spec.name!r} does not use calibration data; ignoring {calibration}")
+        return None
+    if not isinstance(calibration, (str, os.PathLike)):
+        return calibration  # already feeds or a Dataset, from Python callers
+    from ..data import load_data
+    from ..inputs import specs_from_onnx
+
+    return CalibrationData(load_data(calibration, specs_from_onnx(proto), dict(calibration_options or {})))
+
+
+def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
+             strategy: str = "dynamic", calibration: Any = None,
+             calibration_options: Mapping[str, Any] | None = None, *,
+             check: bool = True, on_warning: Callable[[str], None] | None = None,
+             **options: Any) -> QuantizeResult:
+    """Quantize ``model`` with ``strategy`` and write ``output`` (default ``<stem>.<strategy>.onnx``).
+
+    ``options`` are the strategy's own options, as Python values or strings
+    (``per_channel=False`` or ``per_channel="false"``); unknown ones raise a
+    :class:`UsageError` listing the valid ones.  ``calibration`` is a data path
+    (see :func:`onnxlite.data.load_data`, configured by ``calibration_options``)
+    for strategies that need one.  ``check`` runs the input and the output on a
+    padded batch of two and refuses outputs that do not run or give non-finite
+    or differently shaped results; the cosine it saw goes in ``details["check"]``.
+    """
+    return run_quantize(model, output, strategy, options, calibration, calibration_options,
+                        check=check, on_warning=on_warning)
+
+
+def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None, strategy_name: str,
+                 options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
+                 calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
+                 on_warning: Callable[[str], None] | None = None, option_flag: str = "--option") -> QuantizeResult:
+    """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
+    from ..atomic import scratch_dir
+    from ..modelio import check_exists, external_data_files, load_model, model_size, publish_model, quantized_ops
+    from ..protocols import QuantizeContext, QuantizeOutcome
+    from ..specs import parse_spec_options
+
+    source = check_exists(model)
+    entry = get_strategy(strategy_name)
+    spec: QuantizerSpec = entry.spec  # type: ignore[assignment]
+    values = parse_spec_options(spec, options, flag=option_flag)
+    target = Path(output) if output is not None else default_output(source, spec.name)
+    if target.exists() and target.resolve() == source.resolve():
+        raise UsageError(f"{target}: the output would overwrite the input model; choose another -o")
+    if target.is_dir():
+        raise UsageError(f"{target}: is a folder, expected an .onnx file path for -o")
+    proto = _check_input(source)
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        if on_warning is not None:
+            on_warning(message)
+
+    feeds = _load_calibration(spec, source, proto, calibration, calibration_options, warn)
+    quantizer = entry.create()
+    had_external = bool(external_data_files(source))
+    size_before = model_size(source)
+
+    with scratch_dir(target) as work:
+        produced = work / target.name
+        context = QuantizeContext(calibration=feeds, workdir=work, warn=warn)
+        started = time.perf_counter()
+        try:
+            outcome = quantizer.quantize(source, produced, values, context)
+        except OnnxliteError:
+            raise
+        except Exception as exc:
+            message = one_line(exc, 400)
+            raise OnnxliteError(f"strategy {spec.name!r} failed on {source}: {type(exc).__name__}: {message}") from exc
+        seconds = time.perf_counter() - started
+        outcome = outcome or QuantizeOutcome()
+        if not produced.exists():
+            raise OnnxliteError(f"strategy {spec.name!r} wrote no model (expected {produced.name} in its workdir)")
+        details = dict(outcome.details)
+        if check:
+            from .smoke import smoke_check
+
+            details["check"] = smoke_check(source, produced, spec, warn, proto)
+        metadata = {STRATEGY_KEY: spec.name, STRATEGY_OPTIONS_KEY: json.dumps(_plain_options(values), sort_keys=True)}
+        publish_model(produced, target, external_data=True if had_external else None, metadata=metadata)
+
+    out_proto = load_model(target, load_external_data=False)
+    return QuantizeResult(
+        path=target, strategy=spec.name, options=dict(values), size_before=size_before,
+        size_after=model_size(target), quantized_ops=quantized_ops(out_proto),
+        excluded_nodes=list(outcome.excluded_nodes), seconds=round(seconds, 3), notes=list(outcome.notes),
+        warnings=warnings, details=details, source=source,
+    )

@@ -1,0 +1,74 @@
+"""The quantize host's smoke check: does the strategy's output load and answer sanely?
+
+Input and output model run on the same padded batch of two on the CPU
+provider.  This compares the quantized model with the *input ONNX model*, not
+with the source framework, and it is not the accuracy verdict (``compare`` and
+``lighten`` own that, with real data and budgets): it catches models that do
+not load, that lose or reshape outputs, or that produce NaN/inf, and records
+the cosine similarity of each float output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import VerificationError, one_line
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from ..specs import QuantizerSpec
+
+
+def _sample_feeds(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    from ..inputs import make_feeds, specs_from_onnx
+
+    return make_feeds(specs_from_onnx(proto), batch=2, seq=8, seed=0, pad=True)
+
+
+def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callable[[str], None],
+                source_proto: onnx.ModelProto | None = None) -> dict[str, Any]:
+    """Run input and output on the same padded batch of two; refuse outputs that cannot be right.
+
+    This is not the accuracy verdict (``compare`` and ``lighten`` own that,
+    with real data and budgets): it catches models that do not load, that
+    change output shapes, or that produce NaN/inf.
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    from ..modelio import load_model
+    from ..numerics import cosine_per_sample
+    from ..runtime import run_session
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    reference_session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    feeds = _sample_feeds(source_proto or load_model(source, load_external_data=False))
+    try:
+        session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        reason = one_line(exc, 300)
+        if spec.gpu_only_gain:
+            warn(f"the {spec.name} model does not load on the CPU provider here ({reason}); it targets GPUs")
+            return {"ran": False, "reason": reason}
+        raise VerificationError(f"strategy {spec.name!r} produced a model onnxruntime cannot load: {reason}") from None
+    reference = run_session(reference_session, feeds)
+    candidate = run_session(session, feeds)
+    result: dict[str, Any] = {"ran": True, "batch": 2, "padded": True, "outputs": {}}
+    for name, ref in reference.items():
+        if name not in candidate:
+            raise VerificationError(f"strategy {spec.name!r} lost output {name!r}")
+        cand = candidate[name]
+        if tuple(ref.shape) != tuple(cand.shape):
+            raise VerificationError(f"strategy {spec.name!r} changed output {name!r} from shape "
+                                    f"{list(ref.shape)} to {list(cand.shape)}")
+        if np.issubdtype(cand.dtype, np.floating):
+            if not np.all(np.isfinite(cand.astype(np.float32))):
+                raise VerificationError(f"strategy {spec.name!r} produced non-finite values in output {name!r}")
+            cosine = cosine_per_sample(ref.astype(np.float32), cand.astype(np.float32))
+            result["outputs"][name] = {"cosine_min": float(np.min(cosine)), "cosine_mean": float(np.mean(cosine))}
+    return result
