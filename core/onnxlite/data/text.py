@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError, one_line
+from ..errors import UsageError, one_line
 
 if TYPE_CHECKING:
-    from .inputs import InputSpec
+    from ..inputs import InputSpec
 
 #: tokenizer output for each input role
 ROLE_KEYS = {"ids": "input_ids", "mask": "attention_mask", "type_ids": "token_type_ids"}
@@ -42,8 +42,8 @@ def load_text(path: Path, inputs: Sequence[InputSpec] | None, options: dict[str,
     """An in-memory :class:`~onnxlite.data.Dataset` of the tokenized lines of ``path``."""
     import numpy as np
 
-    from .data import Dataset
-    from .inputs import guess_role
+    from .dataset import Dataset
+    from ..inputs import guess_role
 
     where = str(path)
     if not options.get("tokenizer"):

@@ -15,10 +15,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from .inputs import InputSpec
+    from ..inputs import InputSpec
 
 #: images decoded per chunk: enough to keep PIL busy, small enough to stream
 CHUNK = 32
@@ -26,7 +26,7 @@ DEFAULT_NAME = "image"
 
 
 def _image_files(folder: Path) -> tuple[list[Path], list[int] | None]:
-    from .data import IMAGE_SUFFIXES
+    from .dataset import IMAGE_SUFFIXES
 
     def images_in(where: Path) -> list[Path]:
         return sorted(p for p in where.iterdir()
@@ -156,7 +156,7 @@ def load_image_folder(folder: Path, inputs: Sequence[InputSpec] | None, options:
     """A streamed :class:`~onnxlite.data.Dataset` over the images in ``folder``."""
     import numpy as np
 
-    from .data import LABELS_KEY, Dataset
+    from .dataset import LABELS_KEY, Dataset
 
     try:
         import PIL  # noqa: F401

@@ -1,0 +1,231 @@
+"""The :class:`Dataset`: samples keyed by input name, streamed in chunks, re-cut into batches.
+
+Every format that :func:`onnxlite.data.load_data` reads ends here; ``validate``
+checks a dataset against a model's inputs before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..inputs import InputSpec
+
+
+LABELS_KEY = "labels"
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+ChunkSource = Callable[[], Iterable[Mapping[str, Any]]]
+
+
+def _rows(chunk: Mapping[str, Any]) -> int:
+    return int(next(iter(chunk.values())).shape[0]) if chunk else 0
+
+
+def _same_layout(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(a[k].shape[1:] == b[k].shape[1:] and a[k].dtype == b[k].dtype for k in a)
+
+
+def _concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    import numpy as np
+
+    if len(parts) == 1:
+        return parts[0]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _rebatch(chunks: Iterable[Mapping[str, Any]], size: int) -> Iterator[dict[str, Any]]:
+    """Re-cut a stream of chunks into batches of ``size`` samples.
+
+    Samples of different shapes (variable-length feeds from a Python
+    reference) never share a batch: a shape change ends the batch early.
+    """
+    pending: list[dict[str, Any]] = []
+    count = 0
+    for chunk in chunks:
+        total, start = _rows(chunk), 0
+        while start < total:
+            if pending and not _same_layout(pending[0], chunk):
+                yield _concat(pending)
+                pending, count = [], 0
+            take = min(size - count, total - start)
+            pending.append({k: v[start:start + take] for k, v in chunk.items()})
+            count += take
+            start += take
+            if count == size:
+                yield _concat(pending)
+                pending, count = [], 0
+    if pending:
+        yield _concat(pending)
+
+
+def _window(chunks: Iterable[Mapping[str, Any]], start: int, stop: int | None) -> Iterator[dict[str, Any]]:
+    """Rows ``start:stop`` of a chunk stream, without reading past ``stop``."""
+    offset = 0
+    for chunk in chunks:
+        if stop is not None and offset >= stop:
+            return
+        total = _rows(chunk)
+        lo, hi = max(start - offset, 0), total if stop is None else min(stop - offset, total)
+        if lo < hi:
+            yield {k: v[lo:hi] for k, v in chunk.items()}
+        offset += total
+
+
+class Dataset:
+    """Samples keyed by input name; every array shares its first (sample) axis.
+
+    Small sets hold their ``arrays`` in memory.  Big ones are *streamed*: the
+    dataset keeps a zero-argument callable that yields chunks (feed dicts of a
+    few samples each) and reads them again on every pass, so calibration never
+    holds more than a chunk.  ``arrays`` still works on a streamed set (it
+    concatenates everything), but ``batches`` is the way to read one.
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None, labels: np.ndarray | None = None,
+                 source: str = "", *, chunks: ChunkSource | None = None, length: int | None = None) -> None:
+        if arrays is None and chunks is None:
+            arrays = {}
+        self._arrays = dict(arrays) if arrays is not None else None
+        self._chunks = chunks
+        self._length = length
+        self.labels = labels
+        self.source = source
+
+    def __repr__(self) -> str:
+        kind = "streamed" if self.streamed else "in memory"
+        return f"Dataset({self.source!r}, {len(self)} samples, {kind})"
+
+    @property
+    def streamed(self) -> bool:
+        return self._arrays is None
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """All samples as arrays (reads a streamed set whole, so only for small ones)."""
+        if self._arrays is None:
+            parts = list(self.chunks())
+            if any(not _same_layout(parts[0], p) for p in parts[1:]):
+                raise UsageError(f"{self.source}: samples differ in shape, so they cannot be stacked; "
+                                 "read them with .batches()")
+            self._arrays = _concat(parts) if parts else {}
+            self._chunks = None
+        return self._arrays
+
+    @arrays.setter
+    def arrays(self, value: Mapping[str, np.ndarray]) -> None:
+        self._arrays, self._chunks, self._length = dict(value), None, None
+
+    def chunks(self) -> Iterator[dict[str, Any]]:
+        """The samples as the source holds them: one dict for an in-memory set, several for a streamed one."""
+        if self._arrays is not None:
+            if self._arrays:
+                yield self._arrays
+            return
+        assert self._chunks is not None
+        for chunk in self._chunks():
+            yield {k: v for k, v in chunk.items() if k != LABELS_KEY}
+
+    def __len__(self) -> int:
+        if self._arrays is not None:
+            return _rows(self._arrays)
+        if self._length is None:
+            self._length = sum(_rows(c) for c in self.chunks())
+        return self._length
+
+    def batches(self, batch_size: int = 1) -> Iterator[dict[str, np.ndarray]]:
+        """Feed dicts of ``batch_size`` samples each (the last may be shorter)."""
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if self._arrays is not None:
+            for start in range(0, len(self), batch_size):
+                yield {name: array[start:start + batch_size] for name, array in self._arrays.items()}
+            return
+        yield from _rebatch(self.chunks(), batch_size)
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        """One feed dict per sample (batch axis of 1 kept)."""
+        return self.batches(1)
+
+    def slice(self, start: int, stop: int | None = None) -> Dataset:
+        """Samples ``start:stop`` as a new dataset (still streamed if this one is)."""
+        labels = None if self.labels is None else self.labels[start:stop]
+        if self._arrays is not None:
+            return Dataset({k: v[start:stop] for k, v in self._arrays.items()}, labels, self.source)
+        length = None
+        if self._length is not None:
+            end = self._length if stop is None else min(stop, self._length)
+            length = max(0, end - start)
+        return Dataset(labels=labels, source=self.source, length=length,
+                       chunks=lambda: _window(self.chunks(), start, stop))
+
+    def take(self, count: int) -> Dataset:
+        """The first ``count`` samples (all of them if there are fewer)."""
+        return self if count >= len(self) else self.slice(0, count)
+
+    def split(self, fraction: float) -> tuple[Dataset, Dataset]:
+        """Two disjoint parts (first ``fraction`` and the rest), e.g. calibration and held-out."""
+        cut = max(1, min(len(self) - 1, int(round(len(self) * fraction))))
+        return self.slice(0, cut), self.slice(cut)
+
+
+def _check_chunk(chunk: Mapping[str, Any], inputs: Sequence[InputSpec], where: str) -> None:
+    import numpy as np
+
+    for spec in inputs:
+        if spec.name not in chunk:
+            raise UsageError(f"{where}: no entry for input {spec.name!r} "
+                             f"(found {', '.join(sorted(chunk)) or 'nothing'})")
+        array = chunk[spec.name]
+        if array.dtype != np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32"):
+            raise UsageError(f"{where}: input {spec.name!r} is {array.dtype}, the model expects {spec.dtype}")
+        if array.ndim != len(spec.shape):
+            raise UsageError(f"{where}: input {spec.name!r} has rank {array.ndim} {list(array.shape)}, "
+                             f"the model expects rank {len(spec.shape)} {list(spec.shape)}")
+        for axis, dim in enumerate(spec.shape):
+            if axis and isinstance(dim, int) and array.shape[axis] != dim:
+                raise UsageError(f"{where}: input {spec.name!r} has size {array.shape[axis]} on axis {axis}, "
+                                 f"the model expects {dim} (model shape {list(spec.shape)})")
+    sizes = {spec.name: chunk[spec.name].shape[0] for spec in inputs}
+    if len(set(sizes.values())) > 1:
+        raise UsageError(f"{where}: inputs disagree on the number of samples ({sizes})")
+
+
+def validate(dataset: Dataset, inputs: Sequence[InputSpec], where: str) -> None:
+    """Check names, dtypes, ranks and fixed dims against the model; one line names the first mismatch.
+
+    A streamed set is read once, chunk by chunk, so a bad sample is found
+    before calibration starts rather than in the middle of it.
+    """
+    if dataset.streamed:
+        count = 0
+        for index, chunk in enumerate(dataset.chunks()):
+            _check_chunk(chunk, inputs, f"{where} (chunk {index + 1})" if index else where)
+            count += _rows(chunk)
+        dataset._length = count
+    elif len(dataset):
+        _check_chunk(dataset.arrays, inputs, where)
+    if len(dataset) == 0:
+        raise UsageError(f"{where}: no samples")
+    if dataset.labels is not None and len(dataset.labels) != len(dataset):
+        raise UsageError(f"{where}: {len(dataset.labels)} labels for {len(dataset)} samples")
+
+
+def _only_inputs(dataset: Dataset, inputs: Sequence[InputSpec]) -> Dataset:
+    """Keep the model's inputs only (in the model's order): extra entries would make onnxruntime fail."""
+    wanted = [s.name for s in inputs]
+    if not dataset.streamed:
+        dataset.arrays = {name: dataset.arrays[name] for name in wanted}
+        return dataset
+    outer = dataset._chunks
+    assert outer is not None
+    dataset._chunks = lambda: ({name: c[name] for name in wanted} for c in outer())
+    return dataset
