@@ -7,6 +7,7 @@ input's valid range: token ids below the vocabulary size, attention masks of
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -79,7 +80,9 @@ def parse_input_spec(text: str) -> InputSpec:
     name, dtype, dims_text = match.groups()
     dims: list[Dim] = []
     for raw in (d.strip() for d in dims_text.split(",") if d.strip()):
-        if raw.isdigit():
+        if re.fullmatch(r"[0-9]+", raw):   # ASCII digits only: str.isdigit() also accepts "²", which int() refuses
+            if len(raw.lstrip("0")) > 18:
+                raise UsageError(f"--input {text!r}: dim {raw} is too large")
             if int(raw) <= 0:
                 raise UsageError(f"--input {text!r}: dims must be positive, got {raw}")
             dims.append(int(raw))
@@ -150,16 +153,81 @@ def resolve_shape(spec: InputSpec, batch: int, seq: int, sizes: Mapping[str, int
     return tuple(shape)
 
 
+#: generated samples may take at most this share of the memory available: the model's activations and
+#: outputs on them, and the other sample sets, need several times as much again
+FEEDS_MEMORY_SHARE = 0.25
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 4,   # bfloat16 is fed as float32
+            "float16": 2, "int16": 2}.get(dtype, 1)
+
+
+def feeds_bytes(specs: Sequence[InputSpec], batch: int = 2, seq: int = 8,
+                sizes: Mapping[str, int] | None = None) -> int:
+    """Bytes :func:`make_feeds` would allocate for ``specs``, worked out without allocating anything."""
+    total = 0
+    for spec in specs:
+        count = 1
+        for dim in resolve_shape(spec, batch, seq, sizes):
+            count *= int(dim)
+        total += count * _itemsize(spec.dtype)
+    return total
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux ``MemAvailable``), or None when the system does not say."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_feeds_fit(specs: Sequence[InputSpec], batch: int = 2, seq: int = 8,
+                    sizes: Mapping[str, int] | None = None, count: int = 1) -> int:
+    """Refuse generated samples that cannot fit in memory, before allocating them (one line, exit 2).
+
+    ``count`` sets of ``batch`` samples are estimated together; the limit is
+    :data:`FEEDS_MEMORY_SHARE` of the memory available now.  Returns the bytes.
+    """
+    need = feeds_bytes(specs, batch, seq, sizes) * max(1, count)
+    available = available_memory()
+    if available is not None and need > available * FEEDS_MEMORY_SHARE:
+        biggest = max(specs, key=lambda s: feeds_bytes([s], batch, seq, sizes))
+        shape = list(resolve_shape(biggest, batch, seq, sizes))
+        raise UsageError(f"input {biggest}: generated samples of shape {shape} would take {_human(need)} "
+                         f"({f'{count} sets of ' if count > 1 else ''}batch {batch}), more than {int(FEEDS_MEMORY_SHARE * 100)}% of the "
+                         f"{_human(available)} of memory available; give smaller dims (--input) or real data")
+    return need
+
+
+def _human(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if count < 1024 or unit == "PB":
+            return f"{count:.1f} {unit}" if unit != "B" else f"{int(count)} B"
+        count /= 1024
+    return f"{count:.1f} PB"
+
+
 def make_feeds(specs: Sequence[InputSpec], batch: int = 2, seq: int = 8, seed: int = 0,
                pad: bool = True, sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Random but valid inputs for ``specs``.
 
     With ``pad=True`` and a mask input, row ``i`` of a batch is shorter than
     row 0 (never below one token): masks are 0 and ids are the pad id 0 there,
-    so padded batches are exercised, not just full ones.
+    so padded batches are exercised, not just full ones.  Samples that would
+    not fit in memory are refused first (:func:`check_feeds_fit`).
     """
     import numpy as np
 
+    check_feeds_fit(specs, batch, seq, sizes)
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     lengths = None

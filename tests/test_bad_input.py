@@ -1,0 +1,261 @@
+"""Faults and bad data, run as a user would against the CLI (issue 13).
+
+Every failure must give one clear line naming its cause (exit 2 for what the
+user can fix), leave the inputs untouched and leave nothing behind.  Models are
+tiny and built here with onnx.helper; most cases run the CLI in this process
+(``onnxlite.cli.main``), and only what needs its own process runs one: signals,
+read-only mounts and third-party plugin discovery.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import make_plugin_dist, run_cli
+
+K = 32
+
+
+def make_mlp(path: Path, external: bool = False, op: str = "MatMul") -> Path:
+    """x:float32[batch,32] -> MatMul -> Relu -> MatMul -> y:float32[batch,8] (``op`` replaces the first MatMul)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((K, K)) * 0.2).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((K, 8)) * 0.2).astype(np.float32), "w2")]
+    nodes = [helper.make_node(op, ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if external:
+        onnx.save_model(model, str(path), save_as_external_data=True, location=f"{path.name}.data", size_threshold=0)
+    else:
+        onnx.save_model(model, str(path))
+    return path
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (hidden ones too) with a digest of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def one_error_line(err: str, needle: str | None = None) -> str:
+    """The last stderr line is the error; no traceback anywhere."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert lines, "no error message"
+    last = lines[-1]
+    assert last.startswith("Error:"), err
+    if needle is not None:
+        assert needle in last, err
+    return last
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``onnxlite ARGS`` in this process; returns (exit code, stdout, stderr)."""
+    from onnxlite.cli import main
+
+    def run(*args):
+        with pytest.raises(SystemExit) as done:
+            main([str(a) for a in args])
+        captured = capsys.readouterr()
+        code = done.value.code
+        return (0 if code is None else code), captured.out, captured.err
+
+    return run
+
+
+@pytest.fixture
+def mlp(tmp_path) -> Path:
+    return make_mlp(tmp_path / "in" / "mlp.onnx")
+
+
+def read_only_prefix(folder: Path) -> list[str]:
+    """A command prefix under which ``folder`` is read-only, for root (a read-only bind mount) and others (chmod)."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return []
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without unshare: cannot make a folder read-only")
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --mount is not allowed here: {probe.stderr.decode().strip()}")
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
+    return ["unshare", "--mount", "sh", "-c", script, str(folder)]
+
+
+def run_read_only(folder: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    command = [*read_only_prefix(folder), sys.executable, "-m", "onnxlite", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+# ---------------------------------------------------------------- 3. output locations
+
+
+@pytest.mark.parametrize("command", ["quantize", "export", "lighten"])
+def test_read_only_output_folder_is_a_usage_error(tmp_path, command):
+    model = make_mlp(tmp_path / "mlp.onnx")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    target = locked / ("out" if command == "lighten" else "out.onnx")
+    flag = ["-o", str(target)]
+    args = {"quantize": ["quantize", str(model), *flag], "export": ["export", str(model), *flag],
+            "lighten": ["lighten", str(model), *flag, "--strategies", "dynamic", "--runs", "2"]}[command]
+    done = run_read_only(locked, *args)
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    assert str(locked) in line and ("read-only" in line.lower() or "permission" in line.lower())
+    assert "PermissionError" not in line and "OSError" not in line
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["quantize", "export", "lighten"])
+def test_output_under_a_file_is_a_usage_error(cli, mlp, tmp_path, command):
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("not a folder")
+    target = blocker / "sub" / ("out" if command == "lighten" else "out.onnx")
+    extra = ["--strategies", "dynamic"] if command == "lighten" else []
+    before = tree(tmp_path)
+    code, _out, err = cli(command, mlp, "-o", target, *extra)
+    assert code == 2, err
+    line = one_error_line(err, str(blocker))
+    assert "FileExistsError" not in line and "NotADirectoryError" not in line
+    assert tree(tmp_path) == before
+
+
+EXPLODING_QUANTIZER = '''
+from onnxlite import hookimpl, QuantizerSpec
+
+class Explodes:
+    def quantize(self, model, output, options, context):
+        output.write_bytes(b"half a model")
+        raise RuntimeError("boom halfway")
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="explodes", description="fails halfway", factory=Explodes)]
+'''
+
+
+def test_failed_runs_leave_no_new_folder(cli, mlp, tmp_path, fresh_plugins):
+    site = make_plugin_dist(tmp_path / "site", "acme-explodes", "0.1", "acme_explodes", EXPLODING_QUANTIZER)
+    fresh_plugins.syspath_prepend(str(site))
+    before = tree(tmp_path)
+    # The strategy fails inside its scratch folder, under two folders this run made.
+    code, _out, err = cli("quantize", mlp, "-s", "explodes", "-o", tmp_path / "new1" / "new2" / "q.onnx")
+    assert code == 1, err
+    one_error_line(err, "boom halfway")
+    assert tree(tmp_path) == before and not (tmp_path / "new1").exists()
+
+    # lighten fails after exporting into its scratch folder: no strategy of that name.
+    code, _out, err = cli("lighten", mlp, "-o", tmp_path / "new3" / "new4" / "out", "--strategies", "nope")
+    assert code == 2, err
+    one_error_line(err, "unknown quantizer 'nope'")
+    assert tree(tmp_path) == before and not (tmp_path / "new3").exists()
+
+
+def test_atomic_helpers_remove_the_folders_they_made(tmp_path):
+    from onnxlite.atomic import atomic_path, scratch_dir
+
+    with pytest.raises(RuntimeError):
+        with scratch_dir(tmp_path / "a" / "b" / "model.onnx"):
+            raise RuntimeError("the run failed")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(tmp_path / "c" / "d" / "report.json") as tmp:
+            tmp.write_text("{}")
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+    # A folder that already held something is never removed, and a success keeps what it made.
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "mine.txt").write_text("x")
+    with pytest.raises(RuntimeError):
+        with scratch_dir(tmp_path / "keep" / "model.onnx"):
+            raise RuntimeError
+    assert tree(tmp_path) == {"keep/mine.txt": hashlib.sha256(b"x").hexdigest()}
+    with atomic_path(tmp_path / "e" / "f.txt") as tmp:
+        tmp.write_text("done")
+    assert (tmp_path / "e" / "f.txt").read_text() == "done"
+
+
+# ---------------------------------------------------------------- 6. specs that cannot fit
+
+
+def test_generated_samples_that_cannot_fit_are_refused(cli, mlp, tmp_path):
+    from onnxlite.inputs import available_memory, check_feeds_fit, feeds_bytes, parse_input_spec
+
+    spec = parse_input_spec("x:float32[batch,1000000000]")
+    assert feeds_bytes([spec], batch=2) == 2 * 10**9 * 4
+    assert available_memory() and available_memory() > 0
+    check_feeds_fit([parse_input_spec("x:float32[batch,32]")], batch=2)   # small ones pass
+    started = time.perf_counter()
+    for args in (["export", mlp, "-o", tmp_path / "out.onnx", "--input", "x:float32[batch,1000000000]"],
+                 ["export", mlp, "-o", tmp_path / "out.onnx", "--input", "x:int64[batch,seq,999999999999]"]):
+        code, _out, err = cli(*args)
+        assert code == 2, err
+        line = one_error_line(err, "would take")
+        assert "memory available" in line and "MemoryError" not in line
+    assert time.perf_counter() - started < 30   # refused from the estimate, nothing allocated
+    assert not (tmp_path / "out.onnx").exists()
+
+
+# ---------------------------------------------------------------- 7. plugins that take a taken name
+
+COPY_QUANTIZER = '''
+import shutil
+from onnxlite import hookimpl, QuantizerSpec
+
+class Copy:
+    def quantize(self, model, output, options, context):
+        shutil.copyfile(model, output)
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="{name}", description="copies the model", factory=Copy)]
+'''
+
+
+def test_a_plugin_cannot_take_a_builtin_name(tmp_path):
+    import json
+
+    site = tmp_path / "site"
+    make_plugin_dist(site, "acme-hijack", "0.3", "acme_hijack", COPY_QUANTIZER.format(name="dynamic"))
+    make_plugin_dist(site, "acme-named", "0.4", "acme_named", COPY_QUANTIZER.format(name="named"),
+                     entry_name="dynamic")
+    make_plugin_dist(site, "acme-one", "1.0", "acme_one", COPY_QUANTIZER.format(name="one"), entry_name="shared")
+    make_plugin_dist(site, "acme-two", "2.0", "acme_two", COPY_QUANTIZER.format(name="two"), entry_name="shared")
+    listed = run_cli("--list-plugins", "--json", site=site)
+    assert listed.returncode == 0, listed.stderr
+    listing = json.loads(listed.stdout)
+    dynamic = next(s for s in listing["strategies"] if s["name"] == "dynamic")
+    assert dynamic["distribution"] == "onnxlite"                      # the built-in stays in place
+    conflict = next(c for c in listing["conflicts"] if c["name"] == "dynamic")
+    assert "acme-hijack 0.3" in conflict["message"] and "built-in" in conflict["message"]
+    broken = {b["distribution"]: b["error"] for b in listing["broken"]}
+    # An entry point named like a built-in, and two plugins sharing one name: the message says who took it.
+    assert "already taken by onnxlite" in broken["acme-named"]
+    taker, loser = ("acme-one", "acme-two") if "acme-two" in broken else ("acme-two", "acme-one")
+    assert f"already taken by {taker}" in broken[loser] and loser in broken[loser]
+    assert any(s["name"] == ("one" if taker == "acme-one" else "two") for s in listing["strategies"])
+
+    model = make_mlp(tmp_path / "mlp.onnx")
+    done = run_cli("quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--json", site=site)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["quantized_ops"].get("MatMulInteger") == 2   # the real dynamic ran
