@@ -39,6 +39,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "onnxlite_plugins.quantizers.int4",
     "onnxlite_plugins.providers.onnxruntime_eps",
     "onnxlite_plugins.metrics.builtin",
+    "onnxlite_plugins.metrics.sequence",
 )
 
 
@@ -77,6 +78,11 @@ def _blocked() -> set[str]:
 
 def _truthy(var: str) -> bool:
     return os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def owner(info: PluginInfo) -> str:
+    """``acme-quant 1.2`` or ``onnxlite 0.1.0 (built-in)``: who a name belongs to, for messages."""
+    return f"{info.distribution} {info.version}" + (" (built-in)" if info.builtin else "")
 
 
 class PluginHost:
@@ -132,10 +138,15 @@ class PluginHost:
             dist = getattr(ep, "dist", None)
             dist_name = dist.name if dist is not None else "?"
             dist_version = dist.version if dist is not None else "?"
-            if ep.name in blocked or ep.name in self.info:
-                if ep.name in self.info:
-                    self.broken.append(BrokenPlugin(ep.name, dist_name, dist_version,
-                                                    f"plugin name {ep.name!r} is already taken"))
+            if ep.name in self.info:
+                # The first plugin keeps the name (a built-in always does); the newcomer is listed, by package.
+                taker = self.info[ep.name]
+                self.broken.append(BrokenPlugin(
+                    ep.name, dist_name, dist_version,
+                    f"plugin name {ep.name!r} of {dist_name} {dist_version} is already taken by {owner(taker)}; "
+                    f"{dist_name} was not loaded (rename its entry point, or uninstall one)"))
+                continue
+            if ep.name in blocked:
                 continue
             try:
                 module = ep.load()

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from .errors import MissingDependencyError, PluginConflictError, UnknownNameError
-from .plugins import BrokenPlugin, PluginHost, PluginInfo, get_plugin_host
+from .plugins import BrokenPlugin, PluginHost, PluginInfo, get_plugin_host, owner
 from .specs import SPEC_TYPES, ProviderSpec, Spec
 
 #: kind -> hook that registers it
@@ -92,6 +92,8 @@ class Registry:
     def __init__(self, host: PluginHost):
         self.host = host
         self._items: dict[str, dict[str, Registered]] = {kind: {} for kind in HOOKS}
+        #: names claimed twice: two plugins' specs (both withdrawn), or a plugin's spec that a built-in's
+        #: name refused (the built-in stays in use; see :meth:`conflict_message`)
         self.conflicts: dict[tuple[str, str], list[Registered]] = {}
         for kind, hook in HOOKS.items():
             for info, result in host.call(hook):
@@ -119,6 +121,13 @@ class Registry:
                 continue
             entry = Registered(spec, info)
             existing = self._items[kind].get(spec.name)
+            if existing is not None and existing.plugin.builtin != entry.plugin.builtin:
+                # Built-in names stay with the built-ins: a plugin cannot withdraw (or replace) ``dynamic``.
+                # The refused newcomer is listed among the conflicts; the name keeps working.
+                kept, refused = (existing, entry) if existing.plugin.builtin else (entry, existing)
+                self._items[kind][spec.name] = kept
+                self.conflicts.setdefault((kind, spec.name), []).append(refused)
+                continue
             if existing is not None or (kind, spec.name) in self.conflicts:
                 clash = self.conflicts.setdefault((kind, spec.name), [existing] if existing else [])
                 clash.append(entry)
@@ -136,14 +145,24 @@ class Registry:
         for kind in HOOKS:
             yield from self.all(kind)
 
+    def _kept(self, kind: str, name: str) -> Registered | None:
+        """The built-in that kept ``name`` when a plugin also claimed it, else None."""
+        entry = self._items[kind].get(name)
+        return entry if entry is not None and entry.plugin.builtin else None
+
     def conflict_message(self, kind: str, name: str) -> str:
+        kept = self._kept(kind, name)
+        if kept is not None:
+            who = " and ".join(f"{r.plugin.name} ({owner(r.plugin)})" for r in self.conflicts[(kind, name)])
+            return (f"{kind} {name!r} of {who} is ignored: the name belongs to the built-in {kind} "
+                    f"({owner(kept.plugin)}), which stays in use; the plugin should pick another name")
         who = " and ".join(f"{r.plugin.name} ({r.plugin.distribution} {r.plugin.version})"
                            for r in self.conflicts[(kind, name)])
         return f"{kind} {name!r} is provided by more than one plugin: {who}; uninstall or block one (ONNXLITE_BLOCK_PLUGINS)"
 
     def get(self, kind: str, name: str) -> Registered:
         """Look up by name; unknown names get a "did you mean" suggestion."""
-        if (kind, name) in self.conflicts:
+        if (kind, name) in self.conflicts and not self._kept(kind, name):
             raise PluginConflictError(self.conflict_message(kind, name))
         try:
             return self._items[kind][name]
