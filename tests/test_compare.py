@@ -95,7 +95,7 @@ def test_classifier_metrics_against_labels_and_the_reference(digits):
 
 
 def test_judge_scores_many_candidates_from_one_reference_run(digits):
-    from onnxlite.comparing import Judge
+    from onnxlite.evaluation.judge import Judge
 
     judge = Judge.from_reference(digits["fp32"], digits["data"], metrics=["top1_agreement", "cosine_min"],
                                  max_drop="1%")
@@ -199,7 +199,7 @@ def tiny_bert(tmp_path_factory) -> dict[str, Path]:
 
 def test_token_embeddings_use_pooled_cosine_over_real_tokens(tiny_bert):
     import onnxlite
-    from onnxlite.comparing import Judge
+    from onnxlite.evaluation.judge import Judge
 
     result = onnxlite.compare(tiny_bert["fp32"], [tiny_bert["int8"], tiny_bert["fp32"]], samples=16, batch_size=4)
     assert result.primary_metric == "last_hidden_state.pooled_cosine_mean"

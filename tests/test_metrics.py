@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from onnxlite import UsageError
-from onnxlite.metrics import choose_primary, drop, parse_budget, parse_budgets, resolve_metrics
+from onnxlite.evaluation.metrics import choose_primary, drop, parse_budget, parse_budgets, resolve_metrics
 
 
 def _names(resolved):

@@ -25,7 +25,7 @@ _LAZY = {
     "get_registry": ("registry", "get_registry"),
     "export": ("conversion.export", "export"),
     "quantize": ("quantization.run", "quantize"),
-    "compare": ("comparing", "compare"),
+    "compare": ("evaluation.compare", "compare"),
     "bench": ("benchmarking", "bench"),
     "lighten": ("lightening", "lighten"),
 }

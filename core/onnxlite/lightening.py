@@ -285,7 +285,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             max_drop = dict(chosen.budgets) if chosen.budgets else chosen.max_drop
         objective = chosen.objective if objective is None else objective
     max_drop = DEFAULT_MAX_DROP if max_drop is None else max_drop
-    from .metrics import check_budget_values
+    from .evaluation.metrics import check_budget_values
 
     check_budget_values(max_drop)
     objective = objective or "latency"
@@ -350,7 +350,7 @@ class _Search:
 
     # 4. the judge: the source framework's outputs on held-out data
     def build_judge(self, metrics, max_drop) -> None:
-        from .comparing import Judge
+        from .evaluation.judge import Judge
         from .tasks import save_judge
 
         self.emit("stage", {"message": f"running the {self.framework} source on held-out data"})

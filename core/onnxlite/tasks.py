@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import one_line
 
 if TYPE_CHECKING:
-    from .comparing import Judge
+    from .evaluation.judge import Judge
 
 
 @dataclass
@@ -78,7 +78,7 @@ def save_judge(judge: Judge, folder: Path) -> Path:
 def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
     import numpy as np
 
-    from .comparing import Judge
+    from .evaluation.judge import Judge
     from .runtime import SessionSettings
 
     config = json.loads((folder / "judge.json").read_text())

@@ -1,0 +1,182 @@
+"""``onnxlite.compare``: score candidate ONNX models against a reference in one call.
+
+The reference is an ONNX model or any source a framework plugin loads
+(:mod:`~onnxlite.evaluation.reference`); the scoring is a
+:class:`~onnxlite.evaluation.judge.Judge`, the same one ``lighten`` uses.
+This module holds the one-call :func:`compare` the CLI uses and its result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from .judge import DEFAULT_BATCH, DEFAULT_SEQ, CandidateResult, Judge, Progress, _clean, _split_batches
+
+if TYPE_CHECKING:
+    from ..inputs import InputSpec
+    from ..reporting import Report
+    from ..runtime import SessionSettings
+
+# -- results -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CompareResult:
+    """What ``compare`` found: the reference's own scores and each candidate's."""
+
+    reference: str
+    framework: str
+    primary_metric: str
+    reference_metrics: dict[str, float]
+    candidates: list[CandidateResult]
+    metrics: dict[str, dict[str, Any]]
+    samples: int
+    data: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    reference_size_bytes: int | None = None
+
+    @property
+    def passed(self) -> bool | None:
+        """None without budgets, else whether every candidate passed."""
+        verdicts = [c.passed for c in self.candidates]
+        if all(v is None for v in verdicts):
+            return None
+        return all(v is not False for v in verdicts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference, "framework": self.framework, "primary_metric": self.primary_metric,
+            "samples": self.samples, "data": self.data, "settings": dict(self.settings),
+            "reference_size_bytes": self.reference_size_bytes,
+            "reference_metrics": _clean(self.reference_metrics), "metrics": self.metrics,
+            "candidates": [c.to_dict() for c in self.candidates], "passed": self.passed,
+        }
+
+    def to_report(self) -> Report:
+        """The shared report model (``--report DIR``)."""
+        from ..reporting import ModelRow, Report
+
+        rows = [ModelRow(name="reference", path=self.reference, size_bytes=self.reference_size_bytes,
+                         metrics=dict(self.reference_metrics), status="reference",
+                         note=f"{self.framework} reference")]
+        for c in self.candidates:
+            status = "failed" if c.passed is False else "ok"
+            note = "; ".join(c.failures + c.notes)
+            rows.append(ModelRow(name=c.name, path=c.path, size_bytes=c.size_bytes, metrics=dict(c.metrics),
+                                 status=status, note=note))
+        settings = dict(self.settings) | {"data": self.data, "samples": self.samples}
+        return Report(title=f"Accuracy against {Path(self.reference).name}", kind="compare", rows=rows,
+                      settings=settings, primary_metric=self.primary_metric,
+                      sections=[("Drops", self._drops_markdown()), ("Metrics", self._metrics_markdown())])
+
+    def _drops_markdown(self) -> str:
+        keys = list(self.metrics)
+        lines = ["Drop = how far each candidate falls from the reference's own score (positive is worse; "
+                 "see docs/metrics.md).", "",
+                 "| metric | " + " | ".join(c.name for c in self.candidates) + " |",
+                 "|---|" + "---:|" * len(self.candidates)]
+        for key in keys:
+            cells = []
+            for c in self.candidates:
+                value = c.drops.get(key)
+                text = "-" if value is None else f"{value:.4g}"
+                if key in c.budgets:
+                    text += f" (max {c.budgets[key]:.4g})"
+                cells.append(text)
+            lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def _metrics_markdown(self) -> str:
+        return "\n".join(f"- `{key}`: {info['description']}" for key, info in self.metrics.items())
+
+
+# -- the judge -----------------------------------------------------------------------------------------
+
+
+# -- the reference ---------------------------------------------------------------------------------------
+
+
+# -- one call ----------------------------------------------------------------------------------------------
+
+def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+            data: Any = None, metrics: Sequence[str] | None = None, max_drop: Any = None,
+            settings: SessionSettings | None = None, *, framework: str = "auto",
+            source_options: Mapping[str, Any] | None = None, data_options: Mapping[str, Any] | None = None,
+            inputs: Sequence[InputSpec] | None = None, primary: str | None = None,
+            samples: int | None = None, batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ,
+            seed: int = 0, placement: bool | None = None, progress: Progress | None = None) -> CompareResult:
+    """Score each candidate ONNX model against ``reference``.
+
+    ``metrics``: metric names (``top1_agreement``) or keys
+    (``logits.top1_agreement``); default: the ones that suit each output.
+    ``max_drop``: a budget for the primary metric (``0.01`` or ``"1%"``), or
+    ``METRIC=VALUE`` strings / a mapping for specific metrics; candidates over
+    budget get ``passed=False``.  ``placement``: report nodes that fall back to
+    the CPU (default: whenever ``settings`` asks for a non-CPU provider).
+    """
+    from ..modelio import load_model, model_size
+    from ..runtime import SessionSettings, resolve_providers
+
+    if isinstance(candidates, (str, os.PathLike)):
+        candidates = [candidates]
+    candidates = [str(c) for c in candidates]
+    if not candidates:
+        raise UsageError("give at least one candidate ONNX model")
+    for c in candidates:
+        load_model(c, load_external_data=False)  # unreadable candidates stop us before any work
+    settings = settings or SessionSettings()
+    resolve_providers(settings)  # an unavailable provider is an error before the reference runs
+    say = progress or (lambda _msg: None)
+    judge = Judge.from_reference(reference, data, candidates[0], framework=framework, source_options=source_options,
+                                 data_options=data_options, inputs=inputs, metrics=metrics, max_drop=max_drop,
+                                 primary=primary, settings=settings, samples=samples, batch_size=batch_size,
+                                 seq_len=seq_len, seed=seed, progress=say)
+    names = _names(candidates)
+    check_placement = settings.provider != "cpu" if placement is None else placement
+    results = []
+    for name, path in zip(names, candidates):
+        say(f"scoring {name}")
+        result = judge.evaluate(path, name)
+        _add_placement(result, path, settings, judge, check_placement)
+        results.append(result)
+    # Only an ONNX reference has an ONNX size; a .keras/.pt file is not a ModelProto.
+    ref_size = (model_size(judge.reference_path) if judge.framework == "onnx" and judge.reference_path
+                and Path(judge.reference_path).is_file() else None)
+    return CompareResult(reference=str(reference) if isinstance(reference, (str, os.PathLike)) else judge.reference_name,
+                         framework=judge.framework, primary_metric=judge.primary,
+                         reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
+                         samples=judge.samples, data=judge.data_description,
+                         settings=settings.to_dict() | {"batch_size": judge.batch_size},
+                         reference_size_bytes=ref_size)
+
+
+def _names(paths: Sequence[str]) -> list[str]:
+    stems = [Path(p).stem for p in paths]
+    return [stem if stems.count(stem) == 1 else p for stem, p in zip(stems, paths)]
+
+
+def _add_placement(result: CandidateResult, path: str, settings: SessionSettings, judge: Judge, check: bool) -> None:
+    from ..placement import format_advice, model_format
+
+    result.format = model_format(path)
+    if settings.provider == "cpu" and not check:
+        return
+    advice = format_advice(settings.provider, result.format)
+    if advice:
+        result.notes.append(advice)
+    if check:
+        from ..placement import cpu_fallback_nodes
+
+        first = _split_batches(judge.feeds, judge.batch_size)[0]
+        fallback = cpu_fallback_nodes(path, settings, first)
+        result.cpu_fallback = fallback
+        if fallback:
+            ops = sorted(set(fallback.values()))
+            result.notes.append(f"{len(fallback)} node(s) fell back to the CPU ({', '.join(ops[:8])}"
+                                f"{'...' if len(ops) > 8 else ''})")
+

@@ -1,0 +1,250 @@
+"""The :class:`Judge`: reference outputs on fixed samples, and any number of candidates scored against them.
+
+``lighten`` builds one Judge and scores every candidate it tries;
+:func:`onnxlite.evaluation.compare.compare` is the one-call version.  How
+metrics are chosen and how a drop is computed is in
+:mod:`onnxlite.evaluation.metrics` and docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError, one_line
+from ..protocols import MetricContext
+from .metrics import ResolvedMetric, choose_primary, compute, drop, parse_budgets, resolve_metrics
+from .reference import ReferenceModel
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..inputs import InputSpec
+    from ..runtime import SessionSettings
+
+Progress = Callable[[str], None]
+
+#: generated samples when no data is given: enough to see padding and a spread of cosines, still fast
+DEFAULT_SAMPLES = 32
+DEFAULT_BATCH = 8
+DEFAULT_SEQ = 16
+
+
+@dataclass
+class CandidateResult:
+    """One candidate's scores.  ``passed`` is None when no budget was set."""
+
+    name: str
+    path: str
+    metrics: dict[str, float]
+    drops: dict[str, float]
+    budgets: dict[str, float] = field(default_factory=dict)
+    passed: bool | None = None
+    failures: list[str] = field(default_factory=list)
+    size_bytes: int | None = None
+    format: str | None = None
+    cpu_fallback: dict[str, str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "path": self.path, "size_bytes": self.size_bytes, "format": self.format,
+            "metrics": _clean(self.metrics), "drops": _clean(self.drops), "budgets": dict(self.budgets),
+            "passed": self.passed, "failures": list(self.failures), "cpu_fallback": self.cpu_fallback,
+            "notes": list(self.notes),
+        }
+
+
+def _clean(values: Mapping[str, float]) -> dict[str, float | None]:
+    return {k: (None if v is None or not math.isfinite(v) else float(v)) for k, v in values.items()}
+
+
+def _concat(parts: list[Mapping[str, np.ndarray]], what: str) -> dict[str, np.ndarray]:
+    import numpy as np
+
+    if not parts:
+        return {}
+    out = {}
+    for name in parts[0]:
+        arrays = [p[name] for p in parts]
+        if any(a.shape[1:] != arrays[0].shape[1:] for a in arrays):
+            raise UsageError(f"{what} {name!r}: batches differ in shape beyond the first axis "
+                             f"({sorted({a.shape for a in arrays})}); give samples padded to one length")
+        out[name] = np.concatenate(arrays, axis=0)
+    return out
+
+
+def _split_batches(feeds: Mapping[str, np.ndarray], batch_size: int) -> list[dict[str, np.ndarray]]:
+    total = next(iter(feeds.values())).shape[0] if feeds else 0
+    return [{k: v[i:i + batch_size] for k, v in feeds.items()} for i in range(0, total, batch_size)]
+
+
+class Judge:
+    """Reference outputs on fixed samples, and the metrics to score candidates with.
+
+    ``reference_outputs`` and ``feeds`` hold all samples on axis 0.  Build it
+    once (:meth:`from_reference` runs the reference for you), then call
+    :meth:`score` or :meth:`evaluate` for each candidate ONNX model.
+    """
+
+    def __init__(self, reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
+                 labels: np.ndarray | None = None, metrics: Sequence[str] | None = None, *,
+                 max_drop: Any = None, primary: str | None = None, settings: SessionSettings | None = None,
+                 batch_size: int = DEFAULT_BATCH):
+        from ..runtime import SessionSettings
+
+        if not reference_outputs:
+            raise UsageError("the reference produced no outputs")
+        self.reference_outputs = dict(reference_outputs)
+        self.feeds = dict(feeds)
+        self.labels = labels
+        self.settings = settings or SessionSettings()
+        self.batch_size = max(1, int(batch_size))
+        self.metrics: list[ResolvedMetric] = resolve_metrics(self.reference_outputs, self.feeds, labels, metrics)
+        self.primary = choose_primary(self.metrics, [primary] if primary else metrics)
+        self.budgets = parse_budgets(max_drop, self.metrics, self.primary)
+        self.reference_scores = {m.key: compute(m, self.reference_outputs[m.output], self.reference_outputs[m.output],
+                                                self.context(m.output)) for m in self.metrics}
+
+    @classmethod
+    def from_reference(cls, reference: Any, data: Any = None, candidate: str | os.PathLike[str] | None = None, *,
+                       framework: str = "auto", source_options: Mapping[str, Any] | None = None,
+                       data_options: Mapping[str, Any] | None = None, inputs: Sequence[InputSpec] | None = None,
+                       metrics: Sequence[str] | None = None, max_drop: Any = None, primary: str | None = None,
+                       settings: SessionSettings | None = None, samples: int | None = None,
+                       batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ, seed: int = 0,
+                       progress: Progress | None = None) -> Judge:
+        """Run ``reference`` (ONNX path, framework source, or a loaded ``SourceModel``) on the data.
+
+        ``data`` is anything :func:`onnxlite.data.load_data` reads, a
+        :class:`~onnxlite.data.Dataset`, or None for generated samples (from
+        the reference's input specs, or ``candidate``'s when the reference
+        cannot describe them).
+        """
+        ref = ReferenceModel.load(reference, framework, source_options, settings, inputs)
+        specs = ref.specs(candidate)
+        batches, labels, description = _prepare_data(data, specs, data_options, samples, batch_size, seq_len, seed)
+        say = progress or (lambda _msg: None)
+        say(f"running the {ref.framework} reference on {description}")
+        outputs = _concat([ref.run(b) for b in batches], "reference output")
+        if candidate is not None:
+            outputs = _rename_like(outputs, candidate)
+        judge = cls(outputs, _concat(batches, "input"), labels, metrics,
+                    max_drop=max_drop, primary=primary, settings=settings, batch_size=batch_size)
+        judge.reference_name = ref.name
+        judge.framework = ref.framework
+        judge.data_description = description
+        judge.reference_path = ref.path
+        return judge
+
+    reference_name: str = "reference"
+    framework: str = "onnx"
+    data_description: str = ""
+    reference_path: str | None = None
+
+    @property
+    def samples(self) -> int:
+        return int(next(iter(self.feeds.values())).shape[0]) if self.feeds else 0
+
+    def context(self, output: str) -> MetricContext:
+        return MetricContext(output=output, feeds=self.feeds, labels=self.labels,
+                             reference_outputs=self.reference_outputs)
+
+    def run_candidate(self, path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+        """The candidate's outputs on the judge's samples, keyed like the reference's."""
+        from ..runtime import create_session, run_session
+
+        session = create_session(path, self.settings)
+        outputs = []
+        for batch in _split_batches(self.feeds, self.batch_size):
+            try:
+                outputs.append(run_session(session, batch))
+            except UsageError as exc:
+                raise UsageError(f"{path}: {exc}") from None
+            except Exception as exc:
+                raise UsageError(f"{path}: onnxruntime failed on the data ({one_line(exc, 300)})") from None
+        return self._align(_concat(outputs, f"{path}: output"), path)
+
+    def _align(self, outputs: dict[str, np.ndarray], path: Any) -> dict[str, np.ndarray]:
+        wanted = list(self.reference_outputs)
+        if all(name in outputs for name in wanted):
+            return {name: outputs[name] for name in wanted}
+        if len(outputs) == len(wanted) and not set(outputs) & set(wanted):
+            # Frameworks and exporters name outputs differently; same count and order is the same model.
+            return dict(zip(wanted, outputs.values()))
+        missing = [n for n in wanted if n not in outputs]
+        raise UsageError(f"{path}: has no output {missing[0]!r} (it has {', '.join(outputs)}; "
+                         f"the reference has {', '.join(wanted)})")
+
+    def score_outputs(self, outputs: Mapping[str, np.ndarray]) -> dict[str, float]:
+        scores = {}
+        for m in self.metrics:
+            reference = self.reference_outputs[m.output]
+            candidate = outputs[m.output]
+            if candidate.shape != reference.shape:
+                raise UsageError(f"output {m.output!r}: candidate shape {list(candidate.shape)} differs from the "
+                                 f"reference's {list(reference.shape)}")
+            scores[m.key] = compute(m, reference, candidate, self.context(m.output))
+        return scores
+
+    def score(self, path: str | os.PathLike[str]) -> dict[str, float]:
+        """Metric values (``OUTPUT.METRIC`` -> value) of one candidate."""
+        return self.score_outputs(self.run_candidate(path))
+
+    def drops(self, scores: Mapping[str, float]) -> dict[str, float]:
+        return {m.key: drop(m, self.reference_scores[m.key], scores[m.key]) for m in self.metrics}
+
+    def evaluate(self, path: str | os.PathLike[str], name: str | None = None) -> CandidateResult:
+        """Scores, drops and the pass/fail verdict against the budgets."""
+        from ..modelio import model_size
+
+        scores = self.score(path)
+        drops = self.drops(scores)
+        failures = []
+        for key, budget in self.budgets.items():
+            value = drops[key]
+            if math.isnan(value):
+                failures.append(f"{key}: not finite (NaN/inf outputs)")
+            elif value > budget + 1e-12:
+                failures.append(f"{key}: drop {value:.4g} > max {budget:.4g}")
+        passed = None if not self.budgets else not failures
+        return CandidateResult(name=name or Path(path).stem, path=str(path), metrics=scores, drops=drops,
+                               budgets=dict(self.budgets), passed=passed, failures=failures,
+                               size_bytes=model_size(path))
+
+    def metric_info(self) -> dict[str, dict[str, Any]]:
+        return {m.key: {"output": m.output, "metric": m.name, "higher_is_better": m.higher_is_better,
+                        "description": m.description} for m in self.metrics}
+
+
+def _rename_like(outputs: dict[str, np.ndarray], candidate: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Use the ONNX model's output names when the framework names its outputs otherwise (same count, in order)."""
+    from ..modelio import load_model
+
+    names = [o.name for o in load_model(candidate, load_external_data=False).graph.output]
+    if len(names) == len(outputs) and not set(names) & set(outputs):
+        return dict(zip(names, outputs.values()))
+    return outputs
+
+
+def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, Any] | None, samples: int,
+                  batch_size: int, seq_len: int, seed: int) -> tuple[list[dict[str, np.ndarray]], Any, str]:
+    """Batches of feeds, labels (or None) and a description of where they came from."""
+    from ..data import Dataset, load_data
+    from ..inputs import make_feeds
+
+    if data is None:
+        count = max(1, math.ceil((samples or DEFAULT_SAMPLES) / batch_size))
+        batches = [make_feeds(specs, batch=batch_size, seq=seq_len, seed=seed + i, pad=True) for i in range(count)]
+        return batches, None, f"{count * batch_size} generated samples (padded, seq {seq_len})"
+    dataset = data if isinstance(data, Dataset) else load_data(data, specs, options)
+    if samples and len(dataset) > samples:
+        dataset = dataset.take(samples)
+    batches = list(dataset.batches(batch_size))
+    if not batches:
+        raise UsageError(f"{dataset.source or data}: no samples")
+    return batches, dataset.labels, f"{len(dataset)} samples from {dataset.source or data}"

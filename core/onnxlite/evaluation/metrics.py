@@ -1,0 +1,218 @@
+"""Choosing metrics for a model's outputs, and reading drops and budgets.
+
+A metric value is keyed ``OUTPUT.METRIC`` (``logits.top1_agreement``).  The
+*drop* of a candidate on a metric is how far it falls from the reference's own
+score, in the metric's good direction::
+
+    drop = reference_score - candidate_score    (higher is better)
+    drop = candidate_score - reference_score    (lower is better)
+
+where the reference's score is the metric applied to the reference against
+itself (1 for similarities and agreements, 0 for differences, the reference's
+accuracy for label metrics).  So for cosine the drop is ``1 - cosine``, for
+agreement and accuracy it is the loss in points (0.01 = 1 point).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..protocols import MetricContext
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: which metric is the headline one when the user names none (first found wins)
+PRIMARY_PREFERENCE = ("accuracy", "top1_agreement", "pooled_cosine_mean", "cosine_mean")
+
+
+@dataclass(frozen=True)
+class ResolvedMetric:
+    """One metric bound to one output."""
+
+    output: str
+    name: str
+    metric: Any
+    higher_is_better: bool
+    description: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.output}.{self.name}"
+
+
+def _split_request(request: str, outputs: Sequence[str], known: Sequence[str]) -> tuple[str | None, str]:
+    """``METRIC`` or ``OUTPUT.METRIC`` (output names may contain dots themselves)."""
+    if request in known:
+        return None, request
+    head, dot, tail = request.rpartition(".")
+    if dot and head in outputs:
+        return head, tail
+    return None, request
+
+
+def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
+                    labels: Any = None, requested: Sequence[str] | None = None) -> list[ResolvedMetric]:
+    """Bind metrics to outputs.
+
+    With no ``requested`` names, every registered metric marked ``default``
+    whose ``applies`` says yes for an output is used on it.  A requested ``METRIC`` goes on every
+    output it applies to; ``OUTPUT.METRIC`` forces it onto that output.
+    """
+    from ..registry import get_registry
+
+    registry = get_registry()
+    outputs = list(reference_outputs)
+    resolved: dict[str, ResolvedMetric] = {}
+
+    def add(output: str, entry: Any) -> None:
+        bound = ResolvedMetric(output, entry.name, entry.create(), entry.spec.higher_is_better, entry.spec.description)
+        resolved.setdefault(bound.key, bound)
+
+    def context(output: str) -> MetricContext:
+        return MetricContext(output=output, feeds=feeds, labels=labels, reference_outputs=reference_outputs)
+
+    if not requested:
+        for entry in registry.all("metric"):
+            if not entry.available or not getattr(entry.spec, "default", True):
+                continue
+            metric = entry.create()
+            for output in outputs:
+                if _applies(metric, entry.name, reference_outputs[output], context(output)):
+                    add(output, entry)
+        if not resolved:
+            raise UsageError("no metric applies to the model's outputs "
+                             f"({', '.join(outputs)}); name one with --metric OUTPUT.METRIC")
+        return _ordered(resolved, outputs)
+    for request in requested:
+        output, name = _split_request(request, outputs, registry.names("metric"))
+        entry = registry.get("metric", name)
+        if output is not None:
+            add(output, entry)
+            continue
+        metric = entry.create()
+        hits = [o for o in outputs if _applies(metric, name, reference_outputs[o], context(o))]
+        if not hits:
+            raise UsageError(f"--metric {request}: does not apply to any output ({', '.join(outputs)}); "
+                             f"force it with --metric OUTPUT.{name}")
+        for o in hits:
+            add(o, entry)
+    return list(resolved.values())
+
+
+def _applies(metric: Any, name: str, reference: np.ndarray, context: MetricContext) -> bool:
+    try:
+        return bool(metric.applies(reference, context))
+    except Exception as exc:  # a plugin's bug must name the plugin, not crash with a bare traceback
+        raise UsageError(f"metric {name!r}: applies() failed on output {context.output!r}: "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
+def _ordered(resolved: dict[str, ResolvedMetric], outputs: list[str]) -> list[ResolvedMetric]:
+    rank = {name: i for i, name in enumerate(PRIMARY_PREFERENCE)}
+    return sorted(resolved.values(), key=lambda m: (outputs.index(m.output), rank.get(m.name, len(rank)), m.name))
+
+
+def choose_primary(metrics: Sequence[ResolvedMetric], requested: Sequence[str] | None = None) -> str:
+    """The headline metric key: the first one the user named, else the preferred built-in on the first output."""
+    if not metrics:
+        raise UsageError("no metrics to compare with")
+    if requested:
+        first = requested[0]
+        for m in metrics:
+            if first in (m.key, m.name):
+                return m.key
+    outputs = list(dict.fromkeys(m.output for m in metrics))
+    for output in outputs:
+        for name in PRIMARY_PREFERENCE:
+            for m in metrics:
+                if m.output == output and m.name == name:
+                    return m.key
+    return metrics[0].key
+
+
+def compute(metric: ResolvedMetric, reference: np.ndarray, candidate: np.ndarray, context: MetricContext) -> float:
+    """Run one metric, turning a plugin failure into a one-line error that names it."""
+    try:
+        value = metric.metric.compute(reference, candidate, context)
+        return float(value)
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"metric {metric.name!r} on output {metric.output!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def drop(metric: ResolvedMetric, reference_score: float, candidate_score: float) -> float:
+    """How far the candidate falls from the reference's own score (positive = worse)."""
+    if metric.higher_is_better:
+        return reference_score - candidate_score
+    return candidate_score - reference_score
+
+
+def parse_budget(raw: Any, where: str = "--max-drop") -> float:
+    """``0.01`` or ``1%`` -> 0.01 (both mean one point for accuracy, 0.01 for similarities)."""
+    text = str(raw).strip()
+    scale = 1.0
+    if text.endswith("%"):
+        text, scale = text[:-1].strip(), 0.01
+    try:
+        value = float(text) * scale
+    except ValueError:
+        raise UsageError(f"{where} {raw!r}: expected a number such as 0.01 or 1%") from None
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{where} {raw!r}: must be a non-negative number")
+    return value
+
+
+def budget_items(max_drop: Any) -> list[tuple[str | None, Any]]:
+    """``(metric or None, raw value)`` pairs from any form ``max_drop`` takes (see :func:`parse_budgets`)."""
+    if isinstance(max_drop, Mapping):
+        return [(str(k), v) for k, v in max_drop.items()]
+    items: list[tuple[str | None, Any]] = []
+    for item in max_drop if isinstance(max_drop, (list, tuple)) else [max_drop]:
+        if isinstance(item, str) and "=" in item:
+            key, _, value = item.partition("=")
+            items.append((key.strip(), value))
+        else:
+            items.append((None, item))
+    return items
+
+
+def check_budget_values(max_drop: Any) -> None:
+    """Fail on malformed budget numbers before any work; metric names can only be checked once outputs exist."""
+    for key, value in budget_items(max_drop):
+        parse_budget(value, f"--max-drop {key}" if key else "--max-drop")
+
+
+def parse_budgets(max_drop: Any, metrics: Sequence[ResolvedMetric], primary: str) -> dict[str, float]:
+    """Budgets per metric key.
+
+    ``max_drop`` may be a number or string (for the primary metric), a list of
+    such items and/or ``METRIC=VALUE`` / ``OUTPUT.METRIC=VALUE`` strings, or a
+    mapping of metric name or key to value.  A bare metric name covers every
+    output it is used on.
+    """
+    if max_drop is None:
+        return {}
+    budgets: dict[str, float] = {}
+    keys = {m.key for m in metrics}
+    for key, value in budget_items(max_drop):
+        where = f"--max-drop {key}" if key else "--max-drop"
+        budget = parse_budget(value, where)
+        if key is None:
+            budgets[primary] = budget
+            continue
+        if key in keys:
+            budgets[key] = budget
+            continue
+        matched = [m.key for m in metrics if m.name == key]
+        if not matched:
+            known = ", ".join(sorted(keys))
+            raise UsageError(f"{where}: no metric {key!r} in this comparison (metrics: {known})")
+        for k in matched:
+            budgets[k] = budget
+    return budgets
