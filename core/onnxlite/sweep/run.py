@@ -1,0 +1,224 @@
+"""``onnxlite.sweep``: lighten every model of a manifest, here or across a Ray cluster, and resume.
+
+Each model's lighten writes its own OUTDIR (``ROOT/NAME``) atomically, as
+``lighten`` always does, so an OUTDIR that exists is a finished model: a sweep
+run again skips it and keeps it (``force`` runs everything again).  A record
+per model (``ROOT/.sweep/NAME.json``) feeds the summary (``summary.md``,
+``summary.json``, ``summary.html``), which is rewritten after every model, so
+an interrupted sweep still has a summary of what finished.
+
+On Ray every model is one task holding ``cpus_per_model`` CPUs; its lighten
+runs on that node with the local pool, its inputs arrive through the object
+store (or ``shared_dir``) and its OUTDIR comes back to this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import OnnxliteError, UsageError
+from .manifest import PATH_KEYS, SESSION_KEYS, Manifest, ModelJob, read_manifest
+from .outcome import ModelOutcome, from_lighten, from_report
+
+Event = Callable[[str, Mapping[str, Any]], None]
+STATE = ".sweep"
+#: a model's task asks for this much memory on top of a few copies of its source
+BASE_MEMORY = 1024**3
+
+
+@dataclass
+class SweepResult:
+    output_dir: Path
+    manifest: str
+    models: list[ModelOutcome]
+    executor: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    reports: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(m.status == "lightened" for m in self.models)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output_dir": str(self.output_dir), "manifest": self.manifest, "executor": self.executor,
+                "seconds": self.seconds, "reports": {k: str(v) for k, v in self.reports.items()},
+                "models": [m.to_dict() for m in self.models]}
+
+
+def sweep(manifest: str | os.PathLike[str] | Manifest, output_dir: str | os.PathLike[str] | None = None, *,
+          executor: str | None = None, ray_address: str | None = None, bench_on: str | None = None,
+          cpus_per_model: float | None = None, shared_dir: str | os.PathLike[str] | None = None,
+          max_retries: int | None = None, force: bool = False, on_event: Event | None = None) -> SweepResult:
+    """Lighten every model in ``manifest`` into ``output_dir/NAME``; models already there are kept.
+
+    ``executor`` is ``"local"`` (one model after another, candidates in the
+    local pool) or ``"ray"`` (every model a Ray task on the cluster at
+    ``ray_address``); the manifest's ``[sweep]`` table gives defaults for these.
+    """
+    from ..atomic import write_text
+
+    started = time.perf_counter()
+    emit = on_event or (lambda _kind, _info: None)
+    plan = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
+    conf = plan.sweep
+    executor = executor or conf.get("executor", "local")
+    if executor not in {"local", "ray"}:
+        raise UsageError(f"--executor: expected local or ray, got {executor!r}")
+    ray_options = {"ray_address": ray_address or conf.get("ray_address"), "bench_on": bench_on or conf.get("bench_on"),
+                   "shared_dir": shared_dir or conf.get("shared_dir"),
+                   "max_retries": max_retries if max_retries is not None else conf.get("max_retries")}
+    if executor == "local":
+        given = [k for k, v in ray_options.items() if v is not None] + (["cpus_per_model"] if cpus_per_model else [])
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')}: needs --executor ray")
+    root = Path(output_dir or conf.get("output") or f"{plan.path.stem}.sweep")
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root}: exists and is not a folder")
+    (root / STATE).mkdir(parents=True, exist_ok=True)
+    outcomes: dict[str, ModelOutcome] = {}
+    todo: list[ModelJob] = []
+    for job in plan.models:
+        out = root / job.name
+        if not force and (out / "report.json").is_file():
+            outcomes[job.name] = _kept(root, job)
+            emit("model_kept", {"name": job.name, "status": outcomes[job.name].status})
+        else:
+            todo.append(job)
+    emit("sweep", {"total": len(plan.models), "todo": len(todo), "kept": len(plan.models) - len(todo),
+                   "executor": executor})
+    result = SweepResult(output_dir=root, manifest=str(plan.path), models=[], executor={"name": executor})
+
+    def finished(outcome: ModelOutcome) -> None:
+        outcomes[outcome.name] = outcome
+        write_text(root / STATE / f"{outcome.name}.json", json.dumps(outcome.to_dict(), indent=2) + "\n")
+        emit("model_done", {"name": outcome.name, "status": outcome.status, "message": outcome.message})
+        _summarize(result, plan, outcomes, root)
+
+    try:
+        if executor == "local":
+            for job in todo:
+                emit("model_start", {"name": job.name})
+                finished(_run_here(job, root / job.name, force, emit))
+        else:
+            from .on_ray import run_on_ray
+
+            result.executor = run_on_ray(todo, root, force, ray_options, cpus_per_model or
+                                         conf.get("cpus_per_model") or 1, finished, emit)
+    finally:
+        result.seconds = round(time.perf_counter() - started, 1)
+        _summarize(result, plan, outcomes, root)
+    return result
+
+
+def lighten_arguments(job: ModelJob) -> tuple[str, dict[str, Any]]:
+    """The source and keyword arguments of :func:`onnxlite.lighten` for ``job``."""
+    from ..runtime import SessionSettings
+
+    options = dict(job.options)
+    source = options.pop("source")
+    session = {k: options.pop(k) for k in SESSION_KEYS if k in options}
+    if session:
+        options["settings"] = SessionSettings(**session)
+    return source, options
+
+
+def _run_here(job: ModelJob, out: Path, force: bool, emit: Event, **extra: Any) -> ModelOutcome:
+    """One model's lighten in this process; its errors become a failed record, Ctrl-C stops the sweep."""
+    from ..executors.machine import describe_machine
+    from ..lightening import lighten
+
+    started = time.perf_counter()
+    source, options = lighten_arguments(job)
+    options.update(extra)
+
+    def forward(kind: str, info: Mapping[str, Any]) -> None:
+        if kind == "stage":
+            emit("model_stage", {"name": job.name, "message": info["message"]})
+
+    try:
+        result = lighten(source, out, force=force, on_event=forward, **options)
+    except OnnxliteError as exc:
+        return ModelOutcome(job.name, job.source, status="failed", message=str(exc),
+                            seconds=round(time.perf_counter() - started, 1), ran_on=describe_machine())
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - one model's bug must not stop the others
+        return ModelOutcome(job.name, job.source, status="failed",
+                            message=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}",
+                            seconds=round(time.perf_counter() - started, 1), ran_on=describe_machine())
+    return from_lighten(job.name, job.source, result, time.perf_counter() - started, describe_machine())
+
+
+def _kept(root: Path, job: ModelJob) -> ModelOutcome:
+    record = root / STATE / f"{job.name}.json"
+    try:
+        outcome = ModelOutcome.from_dict(json.loads(record.read_text()))
+    except (OSError, ValueError, TypeError):
+        outcome = from_report(job.name, job.source, root / job.name)
+    outcome.kept = True
+    outcome.output_dir = str(root / job.name)
+    return outcome
+
+
+def _summarize(result: SweepResult, plan: Manifest, outcomes: Mapping[str, ModelOutcome], root: Path) -> None:
+    from .summary import write_summary
+
+    result.models = [outcomes.get(job.name) or ModelOutcome(job.name, job.source) for job in plan.models]
+    result.reports = write_summary(result, root)
+
+
+# -- moving a model's files to another machine, and its OUTDIR back -------------------------------------------------
+
+def path_values(options: Mapping[str, Any]) -> dict[str, str]:
+    """``{"key": local path}`` for every option naming a file or folder here (``key`` is ``data_options.tokenizer``
+    for option tables); ``file.py:name`` references travel as their file."""
+    found = {}
+    for key in PATH_KEYS:
+        value = options.get(key)
+        if isinstance(value, str):
+            head = _path_part(value)
+            if os.path.exists(head):
+                found[key] = head
+    for table in ("data_options", "calibration_options"):
+        for key, value in (options.get(table) or {}).items():
+            if isinstance(value, str) and os.path.isabs(value) and os.path.exists(value):
+                found[f"{table}.{key}"] = value
+    return found
+
+
+def _path_part(value: str) -> str:
+    head, sep, tail = value.rpartition(":")
+    return head if sep and head and "/" not in tail and os.path.exists(head) else value
+
+
+def relocate(options: dict[str, Any], key: str, old: str, new: str) -> None:
+    """Point option ``key`` (or ``table.key``) from path ``old`` to ``new``, keeping any ``:name``."""
+    table, _, sub = key.partition(".")
+    if sub:
+        options[table] = dict(options[table]) | {sub: new}
+        return
+    options[key] = new + options[key][len(old):]
+
+
+def replace_dir(staged: Path, target: Path) -> None:
+    """``staged`` becomes ``target``; an old ``target`` is removed only once the new one is in place."""
+    backup = None
+    if target.exists():
+        backup = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(target, backup)
+    os.replace(staged, target)
+    if backup is not None:
+        shutil.rmtree(backup, ignore_errors=True)
+
+
+def staging_dir(root: Path, name: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".incoming", dir=root))

@@ -1,0 +1,133 @@
+"""``onnxlite sweep``: the manifest is read strictly and fast; the CLI never imports Ray to start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from onnxlite.errors import UsageError
+from onnxlite.sweep import read_manifest
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_defaults_apply_and_model_entries_override(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "a.onnx").write_bytes(b"")
+    manifest = write(tmp_path / "zoo.toml", """
+        [sweep]
+        output = "out"
+        executor = "ray"
+        [defaults]
+        max_drop = "1%"
+        runs = 7
+        strategies = "dynamic, static"
+        threads = 2
+        [[models]]
+        source = "models/a.onnx"
+        data = "a-heldout.npz"
+        data_options = { tokenizer = "models", max_length = 64 }
+        [[models]]
+        name = "b-model"
+        source = "bert-base-uncased"
+        max_drop = "accuracy=0.5%"
+        metric = ["accuracy", "cosine_min"]
+        model_class = "net.py:Net"
+    """)
+    plan = read_manifest(manifest)
+    a, b = plan.models
+    assert a.name == "a" and b.name == "b-model"
+    assert a.options["source"] == str(tmp_path / "models" / "a.onnx")
+    # A data file is taken from the manifest's folder even before it exists, so an error names that path.
+    assert a.options["data"] == str(tmp_path / "a-heldout.npz")
+    assert a.options["data_options"] == {"tokenizer": str(tmp_path / "models"), "max_length": 64}
+    assert a.options["strategies"] == ["dynamic", "static"] and a.options["runs"] == 7 and a.options["threads"] == 2
+    assert a.options["max_drop"] == "1%" and b.options["max_drop"] == "accuracy=0.5%"
+    # Not a file next to the manifest: a hub id stays as written.
+    assert b.options["source"] == "bert-base-uncased"
+    assert b.options["model_class"] == f"{tmp_path / 'net.py'}:Net"
+    assert plan.sweep["output"] == str(tmp_path / "out") and plan.sweep["executor"] == "ray"
+
+
+def test_lighten_arguments_split_the_session_settings(tmp_path):
+    from onnxlite.sweep.run import lighten_arguments
+
+    plan = read_manifest(write(tmp_path / "m.toml", """
+        [[models]]
+        source = "/abs/model.onnx"
+        threads = 1
+        provider = "cpu"
+        runs = 3
+    """))
+    source, options = lighten_arguments(plan.models[0])
+    assert source == "/abs/model.onnx"
+    assert options["settings"].threads == 1 and options["settings"].provider == "cpu"
+    assert options["runs"] == 3 and "threads" not in options
+
+
+@pytest.mark.parametrize("body, message", [
+    ("[[models]]\nsource = 'a.onnx'\nmax_dorp = '1%'\n", "unknown key 'max_dorp' (did you mean max_drop?)"),
+    ("[defaults]\nruns = 'ten'\n[[models]]\nsource = 'a.onnx'\n", "[defaults]: runs must be an integer"),
+    ("[defaults]\nruns = 0\n[[models]]\nsource = 'a.onnx'\n", "runs must be at least 1"),
+    ("[defaults]\npartial = 1\n[[models]]\nsource = 'a.onnx'\n", "partial must be true/false"),
+    ("[[models]]\ndata = 'd.npz'\n", "[[models]] #1: needs a source"),
+    ("[defaults]\nmax_drop = '1%'\n", "needs at least one [[models]] entry"),
+    ("[[models]]\nsource = 'a.onnx'\n[[models]]\nsource = 'other/a.onnx'\n", "two models are named 'a'"),
+    ("[[models]]\nname = '../escape'\nsource = 'a.onnx'\n", "name '../escape' must be letters"),
+    ("[sweep]\nexecutor = 'spark'\n[[models]]\nsource = 'a.onnx'\n", "executor: expected local or ray"),
+    ("[sweeps]\n[[models]]\nsource = 'a.onnx'\n", "unknown key 'sweeps' (did you mean sweep?)"),
+    ("[defaults]\nsource = 'a.onnx'\n[[models]]\nsource = 'b.onnx'\n", "[defaults] cannot set source"),
+    ("[[models]]\nsource = 'a.onnx'\ninputs = [1, 2]\n", "inputs must be a list of strings"),
+    ("[[models]\nsource = 'a.onnx'\n", "not valid TOML"),
+])
+def test_manifest_mistakes_are_one_line_naming_the_file(tmp_path, body, message):
+    manifest = write(tmp_path / "zoo.toml", body)
+    with pytest.raises(UsageError) as caught:
+        read_manifest(manifest)
+    text = str(caught.value)
+    assert text.startswith(str(manifest)) and message in text and "\n" not in text
+
+
+def test_missing_manifest_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="no such manifest"):
+        read_manifest(tmp_path / "absent.toml")
+
+
+def test_ray_flags_need_the_ray_executor(tmp_path):
+    import onnxlite
+
+    manifest = write(tmp_path / "m.toml", "[[models]]\nsource = 'a.onnx'\n")
+    with pytest.raises(UsageError, match="--bench-on: needs --executor ray"):
+        onnxlite.sweep(manifest, tmp_path / "out", bench_on="arch=arm64")
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_cli_errors_exit_2_in_one_line(tmp_path):
+    manifest = write(tmp_path / "m.toml", "[[models]]\nsource = 'a.onnx'\nrun = 3\n")
+    proc = subprocess.run([sys.executable, "-m", "onnxlite", "sweep", str(manifest)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"Error: {manifest}: model 'a': unknown key 'run' (did you mean runs?)"]
+
+
+def test_help_listing_and_sweep_help_do_not_import_ray():
+    probe = (
+        "import sys\n"
+        "from onnxlite.cli import main\n"
+        "for args in (['--help'], ['--list-plugins'], ['sweep', '--help'], ['lighten', '--help']):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0, (args, exc.code)\n"
+        "print('RAY=' + str('ray' in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "RAY=False" in result.stdout, result.stdout[-300:]
