@@ -16,8 +16,8 @@ from .bench import bench
 from .compare import compare
 from .export import export
 from .lighten import lighten
+from .plugins import plugins
 from .quantize import quantize
-from .sweep import sweep
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -32,19 +32,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show the version and exit.")
-@click.option("--list-plugins", is_flag=True, help="List frameworks, strategies, providers and metrics, and broken plugins.")
+@click.option("--list-plugins", is_flag=True, help="List frameworks, strategies, providers, metrics and broken plugins (`onnxlite plugins` has more).")
 @click.option("--json", "as_json", is_flag=True, help="With --list-plugins: print JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks and trace plugin hook calls.")
 @click.pass_context
 def cli(ctx: click.Context, list_plugins: bool, as_json: bool, debug: bool) -> None:
     """Make trained models small and fast without losing their answers.
 
-    \b
-    export    PyTorch / TensorFlow / ONNX -> verified ONNX
-    quantize  one strategy (dynamic, static, transformer, fp16, int4, plugins...)
-    compare   accuracy of a candidate against the source model
-    bench     latency, throughput, memory and size, interleaved
-    lighten   search the strategies for the lightest model within an accuracy budget
+    `onnxlite COMMAND --help` describes each command.
     """
     if debug:
         os.environ.setdefault("ONNXLITE_TRACE_HOOKS", "1")
@@ -58,9 +53,8 @@ def cli(ctx: click.Context, list_plugins: bool, as_json: bool, debug: bool) -> N
         click.echo(ctx.get_help())
 
 
-for command in (export, quantize, compare, bench, lighten):
+for command in (export, quantize, compare, bench, lighten, plugins):
     cli.add_command(command)
-cli.add_command(sweep)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""``onnxlite bench MODEL [MODEL ...]``: a thin layer over :func:`onnxlite.benchmarking.bench`."""
+"""``onnxlite bench MODEL [MODEL ...]``: a thin layer over :func:`onnxlite.benchmark.bench.bench`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ..errors import OnnxliteError
 from .common import console, emit_json, is_tty, json_option, option_pairs, session_options, session_settings
 
 
-@click.command()
+@click.command(short_help="Latency, throughput, memory and size of ONNX models, interleaved.")
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--runs", type=click.IntRange(min=1), default=100, show_default=True,
               help="Timed runs per model (after the warm-up).")
@@ -40,7 +40,7 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
     Several models are measured interleaved (A B A B ...), each in its own
     process, and compared with the first: size ratio, speedup, memory ratio.
     """
-    from ..benchmarking import bench as run_bench
+    from ..benchmark.bench import bench as run_bench
     from ..reporting import render_table, write_report
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)

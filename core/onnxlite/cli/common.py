@@ -51,7 +51,7 @@ def session_options(f: Callable) -> Callable:
     f = click.option("--threads", type=click.IntRange(min=1), default=None,
                      help="Intra-op threads (default: onnxruntime's choice).")(f)
     f = click.option("--provider", default="cpu", show_default=True, metavar="NAME",
-                     help="Execution provider plugin (see --list-plugins).")(f)
+                     help="Execution provider plugin (`onnxlite plugins --kind providers` lists them).")(f)
     return f
 
 

@@ -8,7 +8,7 @@ from ..reporting import human_bytes
 from .common import console, emit_json, json_option, session_options, session_settings
 
 
-@click.command()
+@click.command(short_help="PyTorch / TensorFlow / ONNX to ONNX, verified against the source.")
 @click.argument("source")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the .onnx file.")
 @click.option("--framework", default="auto", show_default=True, metavar="NAME",
@@ -26,7 +26,7 @@ from .common import console, emit_json, json_option, session_options, session_se
 @click.option("--external-data", is_flag=True, help="Store weights in OUT.onnx.data (always done above 2 GB).")
 @click.option("--option", "framework_options", multiple=True, metavar="KEY=VALUE",
               help="A framework plugin option (repeatable), e.g. signature=serving_default for a SavedModel; "
-                   "onnxlite --list-plugins --json lists each plugin's options.")
+                   "`onnxlite plugins --json` lists each plugin's options.")
 @session_options
 @json_option
 def export(source: str, output: str, framework: str, inputs: tuple[str, ...], opset: int | None, exporter: str | None,

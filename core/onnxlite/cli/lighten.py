@@ -9,13 +9,13 @@ import click
 from .common import json_option, session_options, session_settings
 
 
-@click.command()
+@click.command(short_help="Search for the lightest model within an accuracy budget.")
 @click.argument("source")
 @click.option("-o", "--output-dir", metavar="OUTDIR", help="Where model.onnx, recipe.toml and the report go "
               "(default: SOURCE-stem.lightened). An existing OUTDIR is left alone unless --force.")
 @click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]DROP",
-              help="Accuracy budget on the primary metric (or on METRIC); 0.01 and 1%% are the same. Repeatable. "
-                   "Default: 1%%, or the --recipe's budget.")
+              help="Accuracy budget on the primary metric (or on METRIC); 0.01 and 1% are the same. Repeatable. "
+                   "Default: 1%, or the --recipe's budget.")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric to judge by (the first is primary), e.g. accuracy, pooled_cosine_mean. "
                    "Default: chosen from the output shapes.")

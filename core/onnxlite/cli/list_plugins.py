@@ -1,40 +1,14 @@
-"""``onnxlite --list-plugins``: what is installed, where it came from, and what is broken."""
+"""``onnxlite --list-plugins``: what is installed, where it came from, and what is broken.
+
+The short table; ``onnxlite plugins`` is the detailed listing, and both print
+the same ``--json`` (:func:`onnxlite.cli.plugins.describe`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..registry import HOOKS, KIND_LABELS, Registry
 from .common import console, emit_json
-
-
-def describe(registry: Registry) -> dict[str, Any]:
-    """The listing as plain data (what ``--json`` prints)."""
-    from .. import __version__
-
-    payload: dict[str, Any] = {"onnxlite": __version__}
-    for kind in HOOKS:
-        rows = []
-        for entry in registry.all(kind):
-            reason = entry.unavailable_reason()
-            rows.append({
-                "name": entry.name,
-                "plugin": entry.plugin.name,
-                "distribution": entry.plugin.distribution,
-                "version": entry.plugin.version,
-                "builtin": entry.plugin.builtin,
-                "available": reason is None,
-                "reason": reason,
-                "description": entry.spec.description,
-                "options": [{"name": o.name, "type": o.describe_type(), "default": o.default, "help": o.help}
-                            for o in entry.spec.options],
-            })
-        payload[KIND_LABELS[kind]] = rows
-    payload["broken"] = [{"name": b.name, "distribution": b.distribution, "version": b.version, "error": b.error}
-                         for b in registry.broken]
-    payload["conflicts"] = [{"kind": kind, "name": name, "message": registry.conflict_message(kind, name)}
-                            for kind, name in sorted(registry.conflicts)]
-    return payload
+from .plugins import describe
 
 
 def show(registry: Registry, as_json: bool) -> None:

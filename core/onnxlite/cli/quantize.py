@@ -55,8 +55,11 @@ class StrategyCommand(click.Command):
         with formatter.section(f"Options of {spec.name!r} (--option NAME=VALUE)"):
             rows = []
             for option in spec.options:
-                # Defaults as they are typed on the command line (MatMul,Gemm; true), as the grid below.
-                default = cli_value(option.default) if option.default not in (None, (), []) else "none"
+                # Defaults as typed on the command line (true, MatMul,Gemm), as in the grid below; a list gets
+                # a space after each comma so that help can wrap it between items, not inside a name.
+                default = option.default
+                default = ("none" if default in (None, (), []) else ", ".join(cli_value(d) for d in default)
+                           if isinstance(default, (list, tuple)) else cli_value(default))
                 rows.append((f"{option.name}={option.describe_type()}", f"{option.help} [default: {default}]"))
             if rows:
                 formatter.write_dl(rows)
