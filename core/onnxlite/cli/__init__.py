@@ -18,6 +18,7 @@ from .export import export
 from .lighten import lighten
 from .plugins import plugins
 from .quantize import quantize
+from .sweep import sweep
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -55,6 +56,7 @@ def cli(ctx: click.Context, list_plugins: bool, as_json: bool, debug: bool) -> N
 
 for command in (export, quantize, compare, bench, lighten, plugins):
     cli.add_command(command)
+cli.add_command(sweep)
 
 
 def main(argv: list[str] | None = None) -> None:
