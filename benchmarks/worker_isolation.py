@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 
 import onnxlite
-from onnxlite import benchmarking
+from onnxlite.benchmark import workers
 from onnxlite.runtime import SessionSettings
 
 
 def measure(models: list[str], pause: bool, args: argparse.Namespace) -> list[float]:
-    benchmarking.PAUSE_IDLE_WORKERS = pause
+    workers.PAUSE_IDLE_WORKERS = pause
     result = onnxlite.bench(models, batch=args.batch, seq_len=args.seq_len, runs=args.runs,
                             settings=SessionSettings(threads=args.threads))
     return [row.latency_ms["p50"] for row in result.rows]

@@ -168,7 +168,7 @@ def test_idle_workers_are_paused_between_their_turns(models):
             except OSError:
                 continue
             fields = rest.rsplit(") ", 1)[1].split()
-            if int(fields[1]) == os.getpid() and b"onnxlite.bench_worker" in cmdline:
+            if int(fields[1]) == os.getpid() and b"onnxlite.benchmark.worker" in cmdline:
                 states[int(pid)] = fields[0]
         return states
 
@@ -196,7 +196,7 @@ def progress(fraction, text):
 def _child(proc):
     try:
         stat = (proc / "stat").read_text()
-        return int(stat.rsplit(") ", 1)[1].split()[1]) == os.getpid() and b"bench_worker" in (proc / "cmdline").read_bytes()
+        return int(stat.rsplit(") ", 1)[1].split()[1]) == os.getpid() and b"onnxlite.benchmark.worker" in (proc / "cmdline").read_bytes()
     except OSError:
         return False
 

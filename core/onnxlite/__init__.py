@@ -26,7 +26,7 @@ _LAZY = {
     "export": ("conversion.export", "export"),
     "quantize": ("quantization.run", "quantize"),
     "compare": ("evaluation.compare", "compare"),
-    "bench": ("benchmarking", "bench"),
+    "bench": ("benchmark.bench", "bench"),
     "lighten": ("lightening", "lighten"),
 }
 

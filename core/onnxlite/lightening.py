@@ -469,7 +469,7 @@ class _Search:
 
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:
-        from .benchmarking import bench
+        from .benchmark.bench import bench
 
         survivors = [r for r in self.rows if r.status == "ok"]
         if not survivors:

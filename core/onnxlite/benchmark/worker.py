@@ -1,4 +1,4 @@
-"""One model's measuring process for ``onnxlite bench`` (``python -m onnxlite.bench_worker``).
+"""One model's measuring process for ``onnxlite bench`` (``python -m onnxlite.benchmark.worker``).
 
 Each model gets its own long-lived process so that its peak resident memory
 is its own and nothing one model allocates bleeds into another's figures.
@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from .errors import one_line
+from ..errors import one_line
 
 
 def peak_rss_bytes() -> int:
@@ -59,7 +59,7 @@ class Worker:
         import numpy  # noqa: F401
         import onnxruntime  # noqa: F401
 
-        from .runtime import SessionSettings, resolve_providers
+        from ..runtime import SessionSettings, resolve_providers
 
         resolve_providers(SessionSettings(**msg["settings"]))
         return {"pid": os.getpid()}
@@ -67,7 +67,7 @@ class Worker:
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 
-        from .runtime import SessionSettings, create_session
+        from ..runtime import SessionSettings, create_session
 
         with np.load(msg["feeds"], allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
@@ -167,7 +167,7 @@ def main() -> None:
                 raise _Usage(f"unknown command {cmd!r}")
             reply = {"ok": True, **reply}
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the parent as one line
-            from .errors import UsageError
+            from ..errors import UsageError
 
             usage = isinstance(exc, (UsageError, _Usage))
             text = str(exc) if usage else f"{one_line(exc, 400, kind=True)}"

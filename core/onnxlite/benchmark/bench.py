@@ -1,0 +1,283 @@
+"""``onnxlite.bench``: latency, throughput, load time, memory, size and op count, measured interleaved.
+
+Every model runs in its own worker process (:mod:`onnxlite.benchmark.worker`), so
+its peak resident memory is its own.  After a warm-up the parent hands out
+turns A B A B ... until each model has its runs (or its time budget): a
+machine that heats up, throttles or gets busy affects all models alike
+instead of whichever happened to run last.  The order of turns is kept in
+``BenchResult.schedule``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..runtime import SessionSettings
+from .workers import _measure, _WorkerProcess
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from ..reporting import Report
+
+#: with --data, the worker cycles through at most this many batches of real samples
+MAX_DATA_BATCHES = 32
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass
+class BenchRow:
+    """One model's figures.  Latencies are per batch, in milliseconds."""
+
+    name: str
+    path: str
+    size_bytes: int | None = None
+    op_count: int | None = None
+    load_seconds: float | None = None
+    latency_ms: dict[str, float] | None = None      # p50, p90, p99, mean
+    throughput: float | None = None                 # samples/s, single stream: batch / mean latency
+    peak_rss_bytes: int | None = None               # the worker process's peak resident memory
+    baseline_rss_bytes: int | None = None           # ... before the session was created
+    runs: int = 0
+    worker_pid: int | None = None
+    providers: list[str] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    status: str = "ok"                              # ok | failed
+    note: str = ""
+
+    @property
+    def model_rss_bytes(self) -> int | None:
+        """What loading and running the model added to the process (peak minus baseline)."""
+        if self.peak_rss_bytes is None or self.baseline_rss_bytes is None:
+            return None
+        return max(0, self.peak_rss_bytes - self.baseline_rss_bytes)
+
+    def to_dict(self, latencies: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        data["model_rss_bytes"] = self.model_rss_bytes
+        if not latencies:
+            data.pop("latencies_ms")
+        return data
+
+
+@dataclass
+class BenchResult:
+    rows: list[BenchRow]
+    schedule: list[tuple[int, int]]      # (model index, runs) per measured turn, in the order they ran
+    batch: int
+    seq_len: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def ratios(self) -> list[dict[str, float | None]]:
+        """Against the first model: ``size`` and ``memory`` (smaller is below 1), ``speedup`` (faster is above 1)."""
+        return self.to_report().ratios()
+
+    def to_dict(self, latencies: bool = True) -> dict[str, Any]:
+        from ..reporting import _jsonable
+
+        return _jsonable({
+            "batch": self.batch,
+            "seq_len": self.seq_len,
+            "settings": self.settings,
+            "baseline": self.rows[0].name if self.rows else None,
+            "models": [row.to_dict(latencies) | {"ratios": r} for row, r in zip(self.rows, self.ratios())],
+            "schedule": [list(turn) for turn in self.schedule],
+        })
+
+    def to_report(self, title: str | None = None) -> Report:
+        from ..reporting import ModelRow, Report
+
+        rows = []
+        for i, row in enumerate(self.rows):
+            status = row.status
+            if status == "ok" and i == 0 and len(self.rows) > 1:
+                status = "reference"
+            rows.append(ModelRow(name=row.name, path=row.path, size_bytes=row.size_bytes, latency_ms=row.latency_ms,
+                                 throughput=row.throughput, load_seconds=row.load_seconds,
+                                 peak_rss_bytes=row.peak_rss_bytes, op_count=row.op_count, status=status,
+                                 note=row.note))
+        settings = {"batch": self.batch, "seq_len": self.seq_len, **self.settings}
+        turns = len(self.schedule)
+        order = " ".join(self.rows[i].name for i, _ in self.schedule[: 2 * len(self.rows)])
+        notes = [
+            f"Measured interleaved: {turns} turns ({order} ...), each model in its own process; "
+            "the workers not taking their turn are paused (SIGSTOP), so none of their threads competes "
+            "with the one being timed.",
+            "Latency is per batch of the given size; throughput is samples per second of one stream "
+            "(batch / mean latency).",
+            "Peak RSS is the whole worker process (Python and onnxruntime included); "
+            "the JSON also has what the model added on top of the process's baseline.",
+        ]
+        return Report(title=title or "onnxlite bench", kind="bench", rows=rows, settings=settings,
+                      sections=[("How this was measured", "\n".join(f"- {n}" for n in notes))])
+
+
+def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int = 128, runs: int = 100,
+          warmup: int = 10, seconds: float | None = None, settings: SessionSettings | None = None,
+          data: str | os.PathLike[str] | None = None, data_options: Mapping[str, Any] | None = None,
+          feeds: Mapping[str, np.ndarray] | None = None,
+          names: Sequence[str] | None = None, runs_per_turn: int | None = None, seed: int = 0,
+          progress: Progress | None = None) -> BenchResult:
+    """Benchmark ``models`` interleaved, each in its own worker process.
+
+    Inputs come from ``feeds`` (one batch, used for every model as is),
+    else from ``data`` (anything :func:`onnxlite.data.load_data` reads, with
+    ``data_options``; up to 32 complete batches of ``batch`` samples, cycled),
+    else they are generated from each model's input specs (``batch`` rows,
+    ``seq_len`` on the other dynamic axes, later rows padded).
+    ``seconds`` replaces ``runs``: each model is measured for about that
+    much running time.  ``progress(fraction, text)`` is called at each step and as turns finish.
+    """
+    settings = settings or SessionSettings()
+    _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn)
+    from ..modelio import load_model, model_size, op_counts
+    from ..runtime import resolve_providers
+
+    paths = [Path(m) for m in models]
+    labels = list(names) if names else _names(paths)
+    rows, protos = [], []
+    for label, path in zip(labels, paths):
+        proto = load_model(path, load_external_data=False)   # unreadable files fail here, by name
+        protos.append(proto)   # the graph, for the inputs to generate or read below
+        rows.append(BenchRow(name=label, path=str(path), size_bytes=model_size(path),
+                             op_count=sum(op_counts(proto).values())))
+    resolve_providers(settings)   # an unavailable provider is one clear error before any worker starts
+    if feeds is not None:
+        sizes = {int(v.shape[0]) for v in feeds.values() if getattr(v, "ndim", 0)}
+        batch = sizes.pop() if len(sizes) == 1 else batch   # given feeds are one batch, whatever --batch says
+    schedule: list[tuple[int, int]] = []
+    with tempfile.TemporaryDirectory(prefix="onnxlite-bench-") as tmp:
+        workers: list[_WorkerProcess] = []
+        try:
+            for i, proto in enumerate(protos):
+                feed_file = Path(tmp) / f"feeds{i}.npz"
+                _write_feeds(feed_file, proto, batch, seq_len, seed, data, data_options, feeds)
+                workers.append(_WorkerProcess(Path(tmp) / f"worker{i}.log"))
+            if progress:
+                progress(0.0, "starting worker processes")
+            for worker in workers:   # all start first so their imports overlap ...
+                worker.start()
+            for worker, row in zip(workers, rows):   # ... and finish before any load time is taken
+                worker.request({"cmd": "ready", "settings": settings.to_dict()}, row.path)
+            for i, (worker, row) in enumerate(zip(workers, rows)):
+                if progress:
+                    progress(0.0, f"loading {row.name}")
+                reply = worker.request({"cmd": "load", "model": row.path, "feeds": str(Path(tmp) / f"feeds{i}.npz"),
+                                        "settings": settings.to_dict()}, row.path)
+                row.worker_pid, row.load_seconds = reply["pid"], reply["load_seconds"]
+                row.baseline_rss_bytes, row.providers = reply["baseline_rss_bytes"], reply["providers"]
+            _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress)
+            for worker, row in zip(workers, rows):
+                if worker.alive:
+                    row.peak_rss_bytes = worker.request({"cmd": "stats"}, row.path)["peak_rss_bytes"]
+        finally:
+            for worker in workers:
+                worker.close()
+    for row in rows:
+        _summarize(row, batch)
+    return BenchResult(rows=rows, schedule=schedule, batch=batch, seq_len=seq_len,
+                       settings=_describe(settings, runs, warmup, seconds, data, feeds is not None))
+
+
+def _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn) -> None:
+    if not models:
+        raise UsageError("bench: give at least one model")
+    for flag, value in (("--batch", batch), ("--seq-len", seq_len), ("--runs", runs)):
+        if not isinstance(value, int) or value < 1:
+            raise UsageError(f"{flag}: must be a positive integer, got {value!r}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise UsageError(f"--warmup: must be 0 or more, got {warmup!r}")
+    if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
+        raise UsageError(f"--seconds: must be a positive number, got {seconds!r}")
+    if runs_per_turn is not None and runs_per_turn < 1:
+        raise UsageError(f"runs_per_turn: must be a positive integer, got {runs_per_turn!r}")
+    if names is not None and len(names) != len(models):
+        raise UsageError(f"--name: got {len(names)} names for {len(models)} models")
+
+
+def _names(paths: Sequence[Path]) -> list[str]:
+    """File stems; where stems clash, ``folder/stem``; where those clash too (one file twice), ``stem#2``..."""
+    stems = [p.stem for p in paths]
+    longer = [f"{p.parent.name}/{p.stem}" if p.parent.name else p.stem for p in paths]
+    out: list[str] = []
+    for i, stem in enumerate(stems):
+        name = stem
+        if stems.count(stem) > 1:
+            name = longer[i] if longer.count(longer[i]) == 1 else stem
+        if name in out:
+            name = f"{name}#{sum(1 for n in out if n == name or n.startswith(name + '#')) + 1}"
+        out.append(name)
+    return out
+
+
+def _write_feeds(target: Path, model: onnx.ModelProto, batch: int, seq_len: int, seed: int, data, data_options,
+                 feeds) -> None:
+    """Save the batches a worker cycles through as ``b<i>__<input name>`` arrays in one .npz."""
+    import numpy as np
+
+    from ..inputs import make_feeds, specs_from_onnx
+
+    if feeds is not None:
+        batches = [{k: np.asarray(v) for k, v in feeds.items()}]
+    else:
+        specs = specs_from_onnx(model)
+        if data is not None:
+            from ..data import load_data
+
+            dataset = load_data(data, specs, data_options)
+            # Complete batches only (so every run has ``batch`` samples), and a bounded number of them.
+            batches = []
+            for chunk in dataset.batches(batch):
+                if min(int(v.shape[0]) for v in chunk.values()) < batch:
+                    break
+                batches.append(chunk)
+                if len(batches) >= MAX_DATA_BATCHES:
+                    break
+            if not batches:
+                raise UsageError(f"--data {data}: {len(dataset)} samples, fewer than --batch {batch}")
+        else:
+            batches = [make_feeds(specs, batch=batch, seq=seq_len, seed=seed, pad=True)]
+    np.savez(target, **{f"b{i}__{name}": array for i, chunk in enumerate(batches) for name, array in chunk.items()})
+
+
+def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_feeds: bool) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    return {
+        "provider": settings.provider,
+        "threads": settings.threads or "default",
+        "graph_optimization": settings.graph_optimization,
+        "execution_mode": settings.execution_mode,
+        **({"provider_options": dict(settings.provider_options)} if settings.provider_options else {}),
+        ("seconds" if seconds else "runs"): seconds or runs,
+        "warmup": warmup,
+        "inputs": str(data) if data else ("given feeds" if explicit_feeds else "generated from the input specs"),
+        "onnxruntime": ort.__version__,
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "python": platform.python_version(),
+    }
+
+
+def _summarize(row: BenchRow, batch: int) -> None:
+    import numpy as np
+
+    row.runs = len(row.latencies_ms)
+    if not row.latencies_ms:
+        return
+    lat = np.asarray(row.latencies_ms)
+    p50, p90, p99 = np.percentile(lat, [50, 90, 99])
+    mean = float(lat.mean())
+    row.latency_ms = {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": mean}
+    row.throughput = batch / (mean / 1e3) if mean > 0 else None
+
+
