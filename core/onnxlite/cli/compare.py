@@ -7,7 +7,7 @@ import click
 from .common import json_option, session_options, session_settings
 
 
-@click.command()
+@click.command(short_help="Accuracy of candidates against the source; --max-drop for CI.")
 @click.argument("reference")
 @click.argument("candidates", nargs=-1, required=True)
 @click.option("--data", "data", metavar="PATH", help="Samples to compare on (same formats as calibration data; "
@@ -20,10 +20,13 @@ from .common import json_option, session_options, session_settings
                    "Default: chosen from the output shapes.")
 @click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]DROP",
               help="Fail (exit 1) when a candidate drops more than this on the primary metric "
-                   "(or on METRIC); 0.01 and 1%% are the same. Repeatable.")
+                   "(or on METRIC); 0.01 and 1% are the same. Repeatable.")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
               help="Use at most this many samples (generated: 32).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--batch", "batch_size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Samples per onnxruntime run.")
+@click.option("--batch-size", "old_batch_size", type=click.IntRange(min=1), default=None, hidden=True,
+              help="The old spelling of --batch (every other command says --batch).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=16, show_default=True,
               help="Length of generated sequences (dynamic non-batch axes).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for generated samples.")
@@ -32,7 +35,7 @@ from .common import json_option, session_options, session_settings
 @json_option
 def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_options: tuple[str, ...],
             framework: str, metrics: tuple[str, ...], max_drop: tuple[str, ...], samples: int | None,
-            batch_size: int, seq_len: int, seed: int, report_dir: str | None, provider: str, threads: int | None,
+            batch_size: int, old_batch_size: int | None, seq_len: int, seed: int, report_dir: str | None, provider: str, threads: int | None,
             graph_optimization: str, execution_mode: str, as_json: bool) -> None:
     """Score CANDIDATE ONNX models against REFERENCE.
 
@@ -52,7 +55,8 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     with err.status("comparing...") as status:
         result = run_compare(reference, list(candidates), data=data, metrics=list(metrics) or None,
                              max_drop=list(max_drop) or None, settings=settings, framework=framework,
-                             data_options=options, samples=samples, batch_size=batch_size, seq_len=seq_len,
+                             data_options=options, samples=samples,
+                             batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
                              seed=seed, progress=lambda msg: status.update(f"{msg}..."))
     paths = None
     if report_dir:
