@@ -216,7 +216,7 @@ def bootstrap_interval(statistic: Callable[[np.ndarray], float], n: int, *,
     estimate = float(statistic(np.arange(n)))
     draws = resample_indices(n, resamples, seed) if indices is None else indices
     values = np.array([float(statistic(row)) for row in draws], dtype=np.float64)
-    return _percentile_interval(estimate, values, confidence, n)
+    return percentile_interval(estimate, values, confidence, n)
 
 
 def bootstrap_mean_interval(values: Sequence[float] | np.ndarray, *, confidence: float = DEFAULT_CONFIDENCE,
@@ -229,10 +229,10 @@ def bootstrap_mean_interval(values: Sequence[float] | np.ndarray, *, confidence:
     if data.size == 0:
         raise ValueError("the bootstrap needs at least one sample")
     draws = resample_indices(data.size, resamples, seed)
-    return _percentile_interval(float(np.mean(data)), np.mean(data[draws], axis=-1), confidence, data.size)
+    return percentile_interval(float(np.mean(data)), np.mean(data[draws], axis=-1), confidence, data.size)
 
 
-def _percentile_interval(estimate: float, values: np.ndarray, confidence: float, n: int) -> Interval:
+def percentile_interval(estimate: float, values: np.ndarray, confidence: float, n: int) -> Interval:
     import numpy as np
 
     values = values[np.isfinite(values)]

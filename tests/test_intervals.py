@@ -1,0 +1,101 @@
+"""Intervals of real metric drops (onnxlite.confidence) equal the reference computation on the per-sample values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxlite import stats
+from onnxlite.evaluation import intervals as confidence
+from onnxlite.evaluation.metrics import resolve_metrics
+from onnxlite.numerics import cosine_per_sample
+from onnxlite.protocols import MetricContext
+
+
+def _logits(n=60, classes=10, noise=0.3, seed=0):
+    rng = np.random.default_rng(seed)
+    ref = rng.normal(size=(n, classes)).astype(np.float32)
+    return ref, (ref + rng.normal(scale=noise, size=ref.shape)).astype(np.float32)
+
+
+def _metric(metrics, name):
+    return next(m for m in metrics if m.name == name)
+
+
+def _context(ref):
+    return lambda output: MetricContext(output=output, feeds={"x": np.zeros((ref.shape[0], 2), np.float32)},
+                                        reference_outputs={"logits": ref})
+
+
+def test_agreement_drop_gets_the_exact_binomial_bound():
+    ref, cand = _logits()
+    metrics = resolve_metrics({"logits": ref}, {}, None, ["top1_agreement", "cosine_mean", "cosine_min"])
+    got = confidence.intervals_for(metrics, {"logits": ref}, {"logits": cand}, _context(ref), seed=4)
+    flips = int(np.sum(ref.argmax(1) != cand.argmax(1)))
+    assert 0 < flips < 60
+    expected = stats.rate_interval(flips, 60)
+    interval = got["logits.top1_agreement"]
+    assert interval.method == "exact"
+    assert (interval.estimate, interval.upper, interval.high) == pytest.approx(
+        (expected.estimate, expected.upper, expected.high))
+
+
+def test_cosine_drops_bootstrap_the_per_sample_cosines():
+    ref, cand = _logits(noise=0.1)
+    metrics = resolve_metrics({"logits": ref}, {}, None, ["cosine_mean", "cosine_min"])
+    got = confidence.intervals_for(metrics, {"logits": ref}, {"logits": cand}, _context(ref), seed=4)
+    drops = 1.0 - cosine_per_sample(ref, cand)
+    mean = stats.bootstrap_mean_interval(drops, seed=4)
+    assert got["logits.cosine_mean"].method == "bootstrap"
+    assert (got["logits.cosine_mean"].low, got["logits.cosine_mean"].upper) == pytest.approx((mean.low, mean.upper))
+    # the min is resampled as a min: its drop is the worst sample's
+    draws = stats.resample_indices(60, stats.DEFAULT_RESAMPLES, 4)
+    worst = np.max(drops[draws], axis=-1)
+    assert got["logits.cosine_min"].estimate == pytest.approx(drops.max())
+    assert got["logits.cosine_min"].upper == pytest.approx(np.quantile(worst, 0.95))
+
+
+def test_accuracy_counts_only_samples_the_candidate_lost():
+    ref, cand = _logits(noise=0.8, seed=2)
+    labels = ref.argmax(1).copy()
+    labels[:10] = (labels[:10] + 1) % 10      # the reference gets 10 wrong
+    metrics = resolve_metrics({"logits": ref}, {}, labels, ["accuracy"])
+    context = lambda output: MetricContext(output=output, feeds={}, labels=labels,  # noqa: E731
+                                           reference_outputs={"logits": ref})
+    interval = confidence.intervals_for(metrics, {"logits": ref}, {"logits": cand}, context)["logits.accuracy"]
+    right_ref, right_cand = ref.argmax(1) == labels, cand.argmax(1) == labels
+    lost, gained = int(np.sum(right_ref & ~right_cand)), int(np.sum(~right_ref & right_cand))
+    assert interval.estimate == pytest.approx((lost - gained) / 60)
+    assert interval.upper == pytest.approx(stats.rate_interval(lost, 60).upper)
+
+
+def test_a_part_of_the_samples_is_scored_alone():
+    ref, cand = _logits()
+    metrics = resolve_metrics({"logits": ref}, {}, None, ["top1_agreement"])
+    part = list(range(0, 60, 2))
+    interval = confidence.intervals_for(metrics, {"logits": ref}, {"logits": cand}, _context(ref),
+                                        index=part)["logits.top1_agreement"]
+    flips = int(np.sum(ref[part].argmax(1) != cand[part].argmax(1)))
+    assert interval.samples == 30 and interval.estimate == pytest.approx(flips / 30)
+
+
+def test_select_and_confirm_parts_are_disjoint_and_cover_everything():
+    for n in (2, 3, 17, 100):
+        parts = confidence.split_parts(n, seed=3)
+        assert parts.select and parts.confirm
+        assert not set(parts.select) & set(parts.confirm)
+        assert sorted(parts.select + parts.confirm) == list(range(n))
+    assert confidence.split_parts(50, seed=3) == confidence.split_parts(50, seed=3)
+    with pytest.raises(ValueError):
+        confidence.split_parts(1)
+
+
+def test_rate_metric_resolution_and_its_companion():
+    ref, _ = _logits(n=24)
+    metrics = resolve_metrics({"logits": ref}, {}, None, ["top1_agreement", "cosine_mean"])
+    agreement, cosine = _metric(metrics, "top1_agreement"), _metric(metrics, "cosine_mean")
+    ctx = _context(ref)("logits")
+    res = confidence.resolution(agreement, ref, ctx, 0.03, 24)
+    assert res is not None and not res.resolvable and res.samples_needed == 99
+    assert confidence.resolution(cosine, ref, ctx, 0.03, 24) is None   # continuous: judged by its interval
+    assert confidence.companion(metrics, "logits.top1_agreement") == "logits.cosine_mean"
