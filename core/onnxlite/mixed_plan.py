@@ -1,0 +1,91 @@
+"""Mixed precision: a scheme per node, planned from measured per-node sensitivity under the budget.
+
+The sweep measures, for every weighted node and every scheme, the drop of a
+model in which *only that node* takes that scheme (the ``mixed`` strategy with
+``default=float``).  The planner then treats drops as additive, which they are
+to first order for small errors:
+
+1. each node starts at the lightest scheme whose own drop fits the budget
+   (float when none does);
+2. while the predicted total is over ``margin * budget``, the one change of one
+   node to a heavier scheme that removes the most drop per byte added is made.
+
+The plan is only a proposal: ``lighten`` quantizes it and judges it like any
+candidate, and when the real drop is over budget, the node whose measured drop
+is largest moves one scheme heavier and the plan is judged again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+#: plan for this share of the budget: the sum of single-node drops underestimates interactions
+MARGIN = 0.7
+
+
+def plan(sensitivity: Mapping[str, Mapping[str, float]], weights: Mapping[str, int], budget: float,
+         schemes: Sequence[str], bytes_per_weight: Mapping[str, float], margin: float = MARGIN) -> dict[str, str]:
+    """A scheme per node.  ``sensitivity[node][scheme]`` is that node's measured drop (float: 0).
+
+    ``schemes`` are ordered lightest first and must end with ``"float"``.
+    A missing or non-finite drop counts as unusable.
+    """
+    def drop(node: str, scheme: str) -> float:
+        if scheme == "float":
+            return 0.0
+        value = sensitivity.get(node, {}).get(scheme)
+        return value if value is not None and math.isfinite(value) else math.inf
+
+    def cost(node: str, scheme: str) -> float:
+        return weights.get(node, 0) * bytes_per_weight[scheme]
+
+    chosen: dict[str, str] = {}
+    for node in sensitivity:
+        chosen[node] = next((s for s in schemes if drop(node, s) <= budget), "float")
+    target = margin * budget
+    while sum(drop(n, s) for n, s in chosen.items()) > target:
+        best, best_gain = None, 0.0
+        for node, current in chosen.items():
+            for heavier in schemes[schemes.index(current) + 1:]:
+                saved = drop(node, current) - drop(node, heavier)
+                if saved <= 0:
+                    continue
+                added = max(1e-9, cost(node, heavier) - cost(node, current))
+                gain = saved / added if math.isfinite(saved) else math.inf
+                if best is None or gain > best_gain:
+                    best, best_gain = (node, heavier), gain
+        if best is None:
+            break
+        chosen[best[0]] = best[1]
+    return chosen
+
+
+def promote(chosen: Mapping[str, str], sensitivity: Mapping[str, Mapping[str, float]],
+            schemes: Sequence[str]) -> dict[str, str] | None:
+    """The plan with its worst non-float node one scheme heavier (None when every node is float)."""
+    def measured(node: str) -> float:
+        value = sensitivity.get(node, {}).get(chosen[node], math.inf)
+        return value if math.isfinite(value) else math.inf
+
+    movable = [n for n, s in chosen.items() if s != "float"]
+    if not movable:
+        return None
+    worst = max(movable, key=measured)
+    out = dict(chosen)
+    out[worst] = schemes[schemes.index(chosen[worst]) + 1]
+    return out
+
+
+def planned_bytes(chosen: Mapping[str, str], weights: Mapping[str, int], bytes_per_weight: Mapping[str, float]) -> float:
+    return sum(weights.get(n, 0) * bytes_per_weight[s] for n, s in chosen.items())
+
+
+def assignment_options(chosen: Mapping[str, str]) -> dict[str, object]:
+    """``mixed`` options for a plan: the most common scheme as ``default``, the rest as ``assign`` items."""
+    from collections import Counter
+
+    counts = Counter(chosen.values())
+    default = counts.most_common(1)[0][0] if counts else "float"
+    assign = tuple(f"{n}={s}" for n, s in sorted(chosen.items()) if s != default)
+    return {"default": default, "assign": assign}

@@ -1,0 +1,138 @@
+"""``mixed``: a scheme per layer, composed from the other strategies.
+
+Each weighted node gets its own scheme (``assign=NODE=SCHEME``, repeatable;
+``default`` for the rest):
+
+========  ==========================================================  ===================
+scheme    what                                                        by
+========  ==========================================================  ===================
+block4    4-bit weight blocks of 32, activations float (MatMulNBits)  ``weightonly``
+block8    8-bit weight blocks of 128, activations float (MatMulNBits)  ``weightonly``
+int8      int8 weights per channel, activations at run time           ``dynamic``
+float     untouched                                                   -
+========  ==========================================================  ===================
+
+onnxruntime does every step; this strategy only runs the registered
+strategies one after another, each with every node outside its own set in
+its ``exclude`` option, block schemes first (they turn MatMuls into
+MatMulNBits, which the int8 step then leaves alone).  ``lighten`` builds the
+assignment from a per-node sensitivity sweep under the accuracy budget; by
+hand it reads ``--option assign=/encoder/layer.0/MatMul=float``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
+
+#: scheme -> (strategy, its options); the order is the order the steps run in
+SCHEMES: dict[str, tuple[str, dict[str, Any]] | None] = {
+    "block4": ("weightonly", {"bits": 4, "block_size": 32}),
+    "block8": ("weightonly", {"bits": 8, "block_size": 128}),
+    "int8": ("dynamic", {}),
+    "float": None,
+}
+#: bytes per weight each scheme stores (scales included, roughly), for planning sizes
+BYTES_PER_WEIGHT = {"block4": 0.5 + 4 / 32, "block8": 1 + 4 / 128, "int8": 1.0, "float": 4.0}
+#: lightest first: the order a planner tries schemes in
+LIGHTEST_FIRST = ("block4", "block8", "int8", "float")
+
+
+def _escape(name: str) -> str:
+    """A node name as a glob pattern that matches only itself."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def weighted_nodes(proto: Any) -> dict[str, set[str]]:
+    """Node names each scheme's strategy can take: MatMul with a constant 2-D weight (blocks), MatMul/Gemm (int8)."""
+    inits = {i.name: len(i.dims) for i in proto.graph.initializer}
+    blocks = {n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name and len(n.input) > 1
+              and inits.get(n.input[1]) == 2}
+    int8 = {n.name for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and n.name and len(n.input) > 1
+            and n.input[1] in inits}
+    return {"block4": blocks, "block8": blocks, "int8": int8, "float": blocks | int8}
+
+
+def parse_assignment(items: Sequence[str], default: str, nodes: set[str]) -> dict[str, str]:
+    """``NODE=SCHEME`` items (the last ``=`` splits, node names may hold one) -> a scheme for every node."""
+    plan = {n: default for n in nodes}
+    for item in items:
+        node, eq, scheme = str(item).rpartition("=")
+        if not eq or not node:
+            raise UsageError(f"--option assign={item}: expected NODE=SCHEME ({', '.join(SCHEMES)})")
+        if scheme not in SCHEMES:
+            raise UsageError(f"--option assign={item}: unknown scheme {scheme!r} (choose from {', '.join(SCHEMES)})")
+        if node not in nodes:
+            sample = ", ".join(sorted(nodes)[:4])
+            raise UsageError(f"--option assign={item}: no weighted node {node!r} in the model (names look like: {sample})")
+        plan[node] = scheme
+    return plan
+
+
+class MixedQuantizer:
+    def quantize(self, model: Path, output: Path, options: Mapping[str, Any], context) -> QuantizeOutcome:
+        import onnx
+
+        from onnxlite.registry import get_registry
+        from onnxlite.specs import parse_spec_options
+
+        proto = onnx.load(str(model), load_external_data=False)
+        eligible = weighted_nodes(proto)
+        plan = parse_assignment(options["assign"], str(options["default"]), eligible["float"])
+        for node, scheme in plan.items():
+            if node not in eligible[scheme]:
+                plan[node] = "int8" if scheme.startswith("block") and node in eligible["int8"] else "float"
+        registry = get_registry()
+        current = Path(model)
+        notes, steps = [], {}
+        for scheme, how in SCHEMES.items():
+            chosen = sorted(n for n, s in plan.items() if s == scheme)
+            if how is None or not chosen:
+                continue
+            strategy, extra = how
+            entry = registry.get("quantizer", strategy)
+            # what an earlier step rewrote (MatMul -> MatMulNBits) is no longer this step's to exclude
+            here = weighted_nodes(onnx.load(str(current), load_external_data=False))[scheme]
+            others = [_escape(n) for n in sorted(here) if n not in chosen]
+            values = parse_spec_options(entry.spec, {**extra, "exclude": tuple(others)})
+            step = Path(context.workdir) / f"mixed.{scheme}.onnx"
+            entry.create().quantize(current, step, values, context)
+            current = step
+            steps[scheme] = len(chosen)
+            notes.append(f"{scheme}: {len(chosen)} node(s) ({strategy})")
+        kept = sorted(n for n, s in plan.items() if s == "float")
+        if kept:
+            notes.append(f"float: {len(kept)} node(s)")
+        if current == Path(model):
+            raise UsageError(f"{model}: mixed assigns every node to float; nothing to quantize")
+        written = onnx.load(str(current))
+        onnx.save(written, str(output))
+        return QuantizeOutcome(excluded_nodes=kept, notes=notes,
+                               details={"schemes": steps, "assign": {n: s for n, s in sorted(plan.items())}})
+
+
+@hookimpl
+def register_quantizers():
+    return [
+        QuantizerSpec(
+            name="mixed",
+            description="A scheme per layer (block4, block8, int8 or float), composed from weightonly and dynamic; "
+                        "lighten builds the assignment from per-node sensitivity under the budget.",
+            factory=MixedQuantizer,
+            requires=("onnxruntime", "onnx"),
+            install="onnxruntime",
+            applies_to=("matmul", "transformer"),
+            needs_calibration=False,
+            options=(
+                Option("assign", str, (), "NODE=SCHEME, repeatable (schemes: block4, block8, int8, float).",
+                       multiple=True),
+                Option("default", str, "int8", "Scheme for the nodes not in assign.", choices=tuple(SCHEMES)),
+            ),
+            # lighten builds assignments itself; a fixed grid point would only duplicate dynamic
+            skip_reason=lambda model: "built by lighten's mixed-precision stage from a per-node sensitivity sweep",
+        )
+    ]

@@ -1,0 +1,105 @@
+"""Mixed precision: a scheme per layer beats every uniform scheme on a model with one fragile layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxlite
+from onnxlite import mixed_plan
+from onnxlite.errors import UsageError
+from onnxlite.evaluation.judge import Judge
+from onnxlite_plugins.quantizers.mixed import BYTES_PER_WEIGHT, LIGHTEST_FIRST
+
+K = 128
+BUDGET = 0.01    # cosine drop
+
+
+def fragile_model(path: Path) -> Path:
+    """x -> A -> B -> (zero channel 1) -> F -> C.  F's row 1 is huge but always multiplied by 0 in float,
+    so any weight scheme that shares a scale along K (int8 per channel, 8- or 4-bit blocks) flattens
+    the rest of F's weights; A, B and C are ordinary layers every scheme handles."""
+    rng = np.random.default_rng(0)
+    weights = {n: rng.standard_normal((K, K)) / np.sqrt(K) for n in "ABF"}
+    weights["F"][1, :] = 1e4
+    weights["C"] = rng.standard_normal((K, 16)) / np.sqrt(K)
+    mask = np.ones(K, np.float32)
+    mask[1] = 0.0
+    inits = [numpy_helper.from_array(mask, "mask")]
+    inits += [numpy_helper.from_array(w.astype(np.float32), f"{n}_w") for n, w in weights.items()]
+    nodes = [helper.make_node("MatMul", ["x", "A_w"], ["a"], name="A"),
+             helper.make_node("MatMul", ["a", "B_w"], ["b"], name="B"),
+             helper.make_node("Mul", ["b", "mask"], ["bm"], name="zero_channel"),
+             helper.make_node("MatMul", ["bm", "F_w"], ["f"], name="F"),
+             helper.make_node("MatMul", ["f", "C_w"], ["y"], name="C")]
+    graph = helper.make_graph(nodes, "fragile", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    import onnxruntime as ort
+
+    folder = tmp_path_factory.mktemp("mixed")
+    model = fragile_model(folder / "fragile.onnx")
+    x = np.random.default_rng(1).standard_normal((48, K)).astype(np.float32)
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    judge = Judge({"y": reference}, {"x": x}, metrics=["cosine_mean"], max_drop=BUDGET)
+    return folder, model, judge
+
+
+def _drop(judge, path) -> float:
+    value = judge.evaluate(path).drops["y.cosine_mean"]
+    return value if np.isfinite(value) else np.inf
+
+
+def test_every_uniform_scheme_misses_the_budget(setup):
+    folder, model, judge = setup
+    for i, (strategy, options) in enumerate([("dynamic", {}), ("weightonly", {"bits": 8}),
+                                             ("weightonly", {"bits": 4, "block_size": 32})]):
+        out = onnxlite.quantize(model, folder / f"uniform{i}.onnx", strategy, **options)
+        assert _drop(judge, out.path) > BUDGET, (strategy, options)
+
+
+def test_planned_mixed_precision_meets_it_and_is_lighter(setup):
+    folder, model, judge = setup
+    proto = onnx.load(str(model))
+    sizes = {i.name[:-2]: int(np.prod(i.dims)) for i in proto.graph.initializer if i.name.endswith("_w")}
+    sensitivity: dict[str, dict[str, float]] = {}
+    for node in sizes:
+        for scheme in LIGHTEST_FIRST[:-1]:
+            out = onnxlite.quantize(model, folder / f"sweep-{node}-{scheme}.onnx", "mixed",
+                                    default="float", assign=[f"{node}={scheme}"])
+            sensitivity.setdefault(node, {})[scheme] = _drop(judge, out.path)
+    # the sweep finds the fragile layer: every scheme breaks F alone, none breaks A alone
+    assert all(sensitivity["F"][s] > BUDGET for s in LIGHTEST_FIRST[:-1])
+    assert sensitivity["A"]["int8"] < BUDGET / 10
+    chosen = mixed_plan.plan(sensitivity, sizes, BUDGET, LIGHTEST_FIRST, BYTES_PER_WEIGHT)
+    assert chosen["F"] == "float" and all(s != "float" for n, s in chosen.items() if n != "F")
+    result = onnxlite.quantize(model, folder / "mixed.onnx", "mixed", **mixed_plan.assignment_options(chosen))
+    assert _drop(judge, result.path) <= BUDGET
+    assert result.size_after < 0.6 * result.size_before
+    assert result.excluded_nodes == ["F"]
+
+
+def test_promote_moves_the_worst_node_one_scheme_heavier():
+    chosen = {"a": "block4", "b": "int8", "c": "float"}
+    sensitivity = {"a": {"block4": 0.002}, "b": {"int8": 0.02}, "c": {}}
+    assert mixed_plan.promote(chosen, sensitivity, LIGHTEST_FIRST) == {"a": "block4", "b": "float", "c": "float"}
+    assert mixed_plan.promote({"a": "float"}, {}, LIGHTEST_FIRST) is None
+
+
+def test_bad_assignments_are_one_line_errors(setup):
+    folder, model, _ = setup
+    with pytest.raises(UsageError, match="no weighted node 'nope'"):
+        onnxlite.quantize(model, folder / "bad.onnx", "mixed", assign=["nope=int8"])
+    with pytest.raises(UsageError, match="unknown scheme 'int3'"):
+        onnxlite.quantize(model, folder / "bad.onnx", "mixed", assign=["A=int3"])
