@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from onnxlite.errors import UsageError
-from onnxlite.reporting import ModelRow, Report, render_table, write_report
+from onnxlite.report.model import ModelRow, Report
+from onnxlite.report.text import render_table
+from onnxlite.report.files import write_report
 
 PRIMARY = "last_hidden_state.cosine_mean"
 
@@ -110,7 +112,7 @@ def test_json_stays_valid_with_nan():
 
 
 def test_html_is_self_contained_and_escaped():
-    from onnxlite.report_html import render_html
+    from onnxlite.report.html import render_html
 
     html = render_html(_report())
     assert "<script" not in html and "<link" not in html and "@import" not in html
@@ -124,7 +126,7 @@ def test_html_is_self_contained_and_escaped():
 
 
 def test_html_without_latency_plots_size_against_the_primary_metric():
-    from onnxlite.report_html import render_html
+    from onnxlite.report.html import render_html
 
     html = render_html(_report(kind="compare", latency=False))
     assert "Size against accuracy" in html
@@ -179,7 +181,7 @@ def test_browser_renders_table_and_chart(rendered):
 def test_screenshot_shows_the_status_colours(rendered):
     from PIL import Image
 
-    from onnxlite.report_html import PALETTE
+    from onnxlite.report.html import PALETTE
 
     _, shot = rendered
     image = Image.open(shot).convert("RGB")

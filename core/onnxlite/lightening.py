@@ -100,7 +100,7 @@ class LightenResult:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        from .reporting import _jsonable
+        from .report.model import _jsonable
 
         return _jsonable({
             "output_dir": str(self.output_dir),
@@ -535,7 +535,7 @@ class _Search:
         from .atomic import write_text
         from .modelio import publish_model
         from .recipes import Recipe
-        from .reporting import write_report
+        from .report.files import write_report
 
         staged = self.work / "out"
         staged.mkdir()
@@ -582,7 +582,7 @@ def _why_won(row: CandidateRow, baseline: CandidateRow, objective: str) -> str:
 
 
 def _report(result: LightenResult) -> Any:
-    from .reporting import ModelRow, Report
+    from .report.model import ModelRow, Report
 
     rows = []
     for row in [result.baseline] + result.candidates:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
-    from ..reporting import Report
+    from ..report.model import Report
 
 #: with --data, the worker cycles through at most this many batches of real samples
 MAX_DATA_BATCHES = 32
@@ -83,7 +83,7 @@ class BenchResult:
         return self.to_report().ratios()
 
     def to_dict(self, latencies: bool = True) -> dict[str, Any]:
-        from ..reporting import _jsonable
+        from ..report.model import _jsonable
 
         return _jsonable({
             "batch": self.batch,
@@ -95,7 +95,7 @@ class BenchResult:
         })
 
     def to_report(self, title: str | None = None) -> Report:
-        from ..reporting import ModelRow, Report
+        from ..report.model import ModelRow, Report
 
         rows = []
         for i, row in enumerate(self.rows):

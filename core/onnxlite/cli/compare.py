@@ -60,7 +60,7 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
                              seed=seed, progress=lambda msg: status.update(f"{msg}..."))
     paths = None
     if report_dir:
-        from ..reporting import write_report
+        from ..report.files import write_report
 
         paths = write_report(result.to_report(), report_dir)
     if as_json:
@@ -90,7 +90,7 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
 def _table(result):
     from rich.table import Table
 
-    from ..reporting import fmt_bytes
+    from ..report.text import fmt_bytes
 
     table = Table(title=f"{result.reference} ({result.framework}) on {result.data}", title_justify="left",
                   caption="value (drop); drop > 0 is worse than the reference, see docs/metrics.md",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..reporting import human_bytes
+from ..report.text import human_bytes
 from .common import console, emit_json, json_option, session_options, session_settings
 
 

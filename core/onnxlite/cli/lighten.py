@@ -94,8 +94,8 @@ def _table(result: Any) -> Any:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..reporting import STATUS_STYLES
-    from ..reporting import human_bytes
+    from ..report.text import STATUS_STYLES
+    from ..report.text import human_bytes
 
     primary = result.primary_metric
     base = result.baseline

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..reporting import human_bytes
+from ..report.text import human_bytes
 from .common import console, emit_json, json_option, option_pairs
 
 STRATEGY_FLAGS = ("--strategy", "-s")

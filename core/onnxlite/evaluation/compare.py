@@ -19,7 +19,7 @@ from .judge import DEFAULT_BATCH, DEFAULT_SEQ, CandidateResult, Judge, Progress,
 
 if TYPE_CHECKING:
     from ..inputs import InputSpec
-    from ..reporting import Report
+    from ..report.model import Report
     from ..runtime import SessionSettings
 
 # -- results -------------------------------------------------------------------------------------------
@@ -59,7 +59,7 @@ class CompareResult:
 
     def to_report(self) -> Report:
         """The shared report model (``--report DIR``)."""
-        from ..reporting import ModelRow, Report
+        from ..report.model import ModelRow, Report
 
         rows = [ModelRow(name="reference", path=self.reference, size_bytes=self.reference_size_bytes,
                          metrics=dict(self.reference_metrics), status="reference",

@@ -1,0 +1,1 @@
+"""One report model (``model``), three renderings (``text``, ``html``, and ``files`` for ``--report DIR``)."""

@@ -1,0 +1,145 @@
+"""Reports shared by ``compare``, ``bench`` and ``lighten``: one data model, three renderings.
+
+A :class:`Report` is a list of :class:`ModelRow` plus the settings it was
+measured under.  :mod:`~onnxlite.report.text` renders it as the rich table
+the commands print and as Markdown, :mod:`~onnxlite.report.html` as a
+self-contained page (inline CSS and SVG chart, nothing fetched from the
+network), and :mod:`~onnxlite.report.files` writes ``report.html``,
+``report.json`` and ``report.md`` into a folder, each file atomically.
+
+Ratios are always taken against the *baseline* row: the row whose status is
+``reference`` if there is one, else the first row.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+LATENCY_KEYS = ("p50", "p90", "p99", "mean")
+
+
+@dataclass
+class ModelRow:
+    """One model's figures.  Anything not measured stays ``None`` (shown as a dash, never as 0)."""
+
+    name: str
+    path: str
+    size_bytes: int | None = None
+    latency_ms: dict[str, float] | None = None   # keys p50, p90, p99, mean
+    throughput: float | None = None               # samples/s
+    load_seconds: float | None = None
+    peak_rss_bytes: int | None = None
+    op_count: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # e.g. {"last_hidden_state.cosine_mean": 0.99}
+    status: str = "ok"          # ok | failed | rejected | winner | reference
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelRow:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Report:
+    """What a measuring command found, ready to print or write."""
+
+    title: str
+    kind: str       # "compare" | "bench" | "lighten"
+    rows: list[ModelRow]
+    settings: dict[str, Any] = field(default_factory=dict)
+    primary_metric: str | None = None
+    sections: list[tuple[str, str]] = field(default_factory=list)   # extra (heading, markdown text)
+
+    @property
+    def baseline_index(self) -> int | None:
+        if not self.rows:
+            return None
+        for i, row in enumerate(self.rows):
+            if row.status == "reference":
+                return i
+        return 0
+
+    def ratios(self) -> list[dict[str, float | None]]:
+        """Per row: ``size`` (size / baseline size), ``speedup`` (baseline p50 / p50) and
+        ``memory`` (peak RSS / baseline peak RSS); None where either figure is missing."""
+        base = self.baseline_index
+        if base is None:
+            return []
+        ref = self.rows[base]
+        out = []
+        for row in self.rows:
+            out.append({
+                "size": _ratio(row.size_bytes, ref.size_bytes),
+                "speedup": _ratio(_p50(ref), _p50(row)),
+                "memory": _ratio(row.peak_rss_bytes, ref.peak_rss_bytes),
+            })
+        return out
+
+    def metric_names(self) -> list[str]:
+        """Every metric any row has, the primary one first."""
+        names: list[str] = []
+        if self.primary_metric:
+            names.append(self.primary_metric)
+        for row in self.rows:
+            names.extend(k for k in row.metrics if k not in names)
+        return names
+
+    def to_dict(self) -> dict[str, Any]:
+        from .. import __version__
+
+        base = self.baseline_index
+        return _jsonable({
+            "title": self.title,
+            "kind": self.kind,
+            "onnxlite": __version__,
+            "primary_metric": self.primary_metric,
+            "settings": self.settings,
+            "baseline": None if base is None else self.rows[base].name,
+            "rows": [row.to_dict() | {"ratios": ratios} for row, ratios in zip(self.rows, self.ratios())],
+            "sections": [{"heading": h, "text": t} for h, t in self.sections],
+        })
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        return cls(title=data["title"], kind=data["kind"], rows=[ModelRow.from_dict(r) for r in data["rows"]],
+                   settings=dict(data.get("settings") or {}), primary_metric=data.get("primary_metric"),
+                   sections=[(s["heading"], s["text"]) for s in data.get("sections") or []])
+
+
+def _p50(row: ModelRow) -> float | None:
+    return (row.latency_ms or {}).get("p50")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not b:
+        return None
+    return float(a) / float(b)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types; NaN/inf become None so the file stays valid JSON."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "__fspath__"):
+        return os.fspath(value)
+    return str(value)
+
+
+# -- formatting shared by the table, markdown and HTML ---------------------------------------------
+
+

@@ -1,0 +1,151 @@
+"""A :class:`~onnxlite.report.model.Report` as text: the rich table the commands print, and Markdown.
+
+The ``fmt_*`` helpers render one figure each ("-" when it was not measured);
+``columns`` decides which columns a report has, for every rendering.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+
+from .model import LATENCY_KEYS, _jsonable
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from .model import Report
+
+
+#: the rich style of each status, reused by the HTML palette in report_html
+STATUS_STYLES = {"ok": "cyan", "failed": "red", "rejected": "yellow", "winner": "bold green", "reference": "magenta"}
+
+
+def fmt_bytes(n: float | None) -> str:
+    return "-" if n is None else human_bytes(n)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if value >= 1 else f"{value:.3f}"
+
+
+def fmt_num(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.{digits - 1}e}"
+    return f"{value:.{digits}f}"
+
+
+def fmt_ratio(value: float | None, suffix: str = "×") -> str:
+    return "-" if value is None else f"{value:.2f}{suffix}"
+
+
+def fmt_seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def fmt_throughput(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}/s" if value >= 100 else f"{value:.1f}/s"
+
+
+def columns(report: Report) -> list[tuple[str, list[str]]]:
+    """The table as (header, cells) columns; only figures some row has are shown."""
+    rows = report.rows
+    ratios = report.ratios()
+    out: list[tuple[str, list[str]]] = [("model", [r.name for r in rows]), ("status", [r.status for r in rows])]
+
+    def add(header: str, cells: list[str]) -> None:
+        if any(c != "-" for c in cells):
+            out.append((header, cells))
+
+    add("size", [fmt_bytes(r.size_bytes) for r in rows])
+    for key in LATENCY_KEYS:
+        add(f"{key} ms", [fmt_ms((r.latency_ms or {}).get(key)) for r in rows])
+    add("throughput", [fmt_throughput(r.throughput) for r in rows])
+    add("load", [fmt_seconds(r.load_seconds) for r in rows])
+    add("peak RSS", [fmt_bytes(r.peak_rss_bytes) for r in rows])
+    add("ops", ["-" if r.op_count is None else str(r.op_count) for r in rows])
+    if len(rows) > 1:
+        add("size ratio", [fmt_ratio(r["size"]) for r in ratios])
+        add("speedup", [fmt_ratio(r["speedup"]) for r in ratios])
+        add("memory ratio", [fmt_ratio(r["memory"]) for r in ratios])
+    for name in report.metric_names():
+        add(name, [fmt_num(r.metrics.get(name)) for r in rows])
+    add("note", [r.note or "-" for r in rows])
+    return out
+
+
+def render_table(report: Report) -> Table:
+    """The rich table every measuring command prints."""
+    from rich.table import Table
+
+    caption = None
+    base = report.baseline_index
+    if base is not None and len(report.rows) > 1:
+        caption = f"ratios against {report.rows[base].name}; speedup > 1 is faster"
+    table = Table(title=report.title, title_justify="left", caption=caption, caption_justify="left")
+    cols = columns(report)
+    for header, _ in cols:
+        numeric = header not in {"model", "status", "note"}
+        table.add_column(header, justify="right" if numeric else "left",
+                         overflow="fold", max_width=48 if header == "note" else None)
+    for i, row in enumerate(report.rows):
+        cells = [cells[i] for _, cells in cols]
+        style = STATUS_STYLES.get(row.status, "")
+        cells[1] = f"[{style}]{cells[1]}[/]" if style else cells[1]
+        table.add_row(*cells)
+    return table
+
+
+def render_markdown(report: Report) -> str:
+    lines = [f"# {report.title}", ""]
+    if report.settings:
+        lines += ["## Settings", ""]
+        lines += [f"- **{k}**: {_setting_text(v)}" for k, v in report.settings.items()]
+        lines.append("")
+    lines += ["## Models", ""]
+    cols = columns(report)
+    lines.append("| " + " | ".join(h for h, _ in cols) + " |")
+    lines.append("|" + "|".join("---" if h in {"model", "status", "note"} else "---:" for h, _ in cols) + "|")
+    for i in range(len(report.rows)):
+        lines.append("| " + " | ".join(_md_cell(cells[i]) for _, cells in cols) + " |")
+    base = report.baseline_index
+    if base is not None and len(report.rows) > 1:
+        lines += ["", f"Ratios are against `{report.rows[base].name}`; a speedup above 1 is faster."]
+    if report.primary_metric:
+        lines += ["", f"Primary metric: `{report.primary_metric}`."]
+    lines += ["", "Paths:", ""] + [f"- `{r.name}`: `{r.path}`" for r in report.rows]
+    for heading, text in report.sections:
+        lines += ["", f"## {heading}", "", text.rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(_jsonable(value))
+    return str(value)
