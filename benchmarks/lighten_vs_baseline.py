@@ -367,7 +367,7 @@ def finish(title: str, rows: dict[str, dict[str, Any]], notes: dict[str, str], t
         if wanted == 1.0:
             # Sub-millisecond runs are noisy: "faster" must beat fp32 by more than the row's own
             # run-to-run spread, the same tie margin lighten uses when it picks a winner.
-            from onnxlite.lightening import latency_margin
+            from onnxlite.search.choose import latency_margin
 
             row["noise_margin"] = latency_margin(SimpleNamespace(latency_ms=row.get("latency_ms")))
             checks["faster"] = speedup > 1.0 + row["noise_margin"]

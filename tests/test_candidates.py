@@ -7,7 +7,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import make_plugin_dist
-from onnxlite.candidates import build_candidates
+from onnxlite.search.candidates import build_candidates
 
 
 def linear_model(path, op: str):

@@ -256,7 +256,8 @@ def test_interrupt_leaves_the_previous_outdir_intact(mlp_ref, tmp_path):
 
 
 def test_pick_winner_treats_noise_level_latency_differences_as_ties():
-    from onnxlite.lightening import CandidateRow, pick_winner
+    from onnxlite.search.choose import pick_winner
+    from onnxlite.search.results import CandidateRow
 
     def row(name, size, p50, p90, status="ok", drop=0.0):
         return CandidateRow(name=name, strategy=name, options={}, status=status, size_bytes=size,
@@ -287,7 +288,8 @@ def test_pick_winner_treats_noise_level_latency_differences_as_ties():
 def test_the_explanation_uses_the_rule_that_picked_the_winner():
     """Speed decides when the fastest candidate beats fp32; a tied, smaller and slightly slower one may then win,
     and the result must not claim that nothing was measurably faster than fp32."""
-    from onnxlite.lightening import CandidateRow, deciding_objective, pick_winner
+    from onnxlite.search.choose import deciding_objective, pick_winner
+    from onnxlite.search.results import CandidateRow
 
     def row(name, size, p50, p90):
         return CandidateRow(name=name, strategy=name, options={}, size_bytes=size,

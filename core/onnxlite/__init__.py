@@ -27,7 +27,7 @@ _LAZY = {
     "quantize": ("quantization.run", "quantize"),
     "compare": ("evaluation.compare", "compare"),
     "bench": ("benchmark.bench", "bench"),
-    "lighten": ("lightening", "lighten"),
+    "lighten": ("search.lighten", "lighten"),
 }
 
 

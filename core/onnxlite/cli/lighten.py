@@ -58,7 +58,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metr
     and writes the winner to OUTDIR/model.onnx with recipe.toml and a report.
     Exits 1 when nothing qualifies (the report is still written).
     """
-    from ..lightening import lighten as run_lighten
+    from ..search.lighten import lighten as run_lighten
     from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)

@@ -62,7 +62,7 @@ def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.Pa
     import numpy as np
     import onnx
 
-    from .activations import collect
+    from ..activations import collect
 
     float_proto = onnx.load(str(float_model))
     quant_proto = onnx.load(str(quantized_model))
@@ -119,7 +119,7 @@ def exclusion_steps(count: int, limit: int | None = None) -> list[int]:
 
 def feeds_for_ranking(feeds: Mapping[str, np.ndarray], batch: int = 16, max_batches: int = 4) -> list[dict]:
     """The first ``max_batches`` batches of the held-out inputs (ranking needs a sample, not all of them)."""
-    from .data import Dataset
+    from ..data import Dataset
 
     return list(Dataset(dict(feeds)).take(batch * max_batches).batches(batch))
 

@@ -1,0 +1,119 @@
+"""The candidates ``lighten`` tries: every applicable strategy, each with its small option grid."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One strategy with one option set (plus nodes kept in float by the partial fallback)."""
+
+    name: str
+    strategy: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    keep_float: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "strategy": self.strategy, "options": dict(self.options),
+                "keep_float": list(self.keep_float)}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    strategy: str
+    reason: str
+
+
+def candidate_name(strategy: str, options: Mapping[str, Any]) -> str:
+    if not options:
+        return strategy
+    text = ",".join(f"{k}={_short(v)}" for k, v in options.items())
+    return f"{strategy}[{text}]"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "+".join(str(v) for v in value)
+    return str(value)
+
+
+def exclude_option(spec: Any) -> str | None:
+    """The option through which a strategy keeps nodes in float (``exclude`` by convention)."""
+    names = [o.name for o in spec.options if o.multiple and "exclude" in o.name]
+    return names[0] if names else None
+
+
+def with_keep_float(candidate: Candidate, spec: Any, nodes: Sequence[str]) -> Candidate:
+    """The same candidate with ``nodes`` added to its strategy's exclusion option."""
+    option = exclude_option(spec)
+    if option is None:
+        raise UsageError(f"strategy {candidate.strategy!r} has no exclusion option; it cannot keep nodes in float")
+    existing = tuple(candidate.options.get(option) or ())
+    # Node names can hold glob characters; escape them so each matches only itself.
+    escaped = tuple(re.sub(r"([*?\[])", r"[\1]", n) for n in nodes)
+    options = dict(candidate.options) | {option: existing + escaped}
+    name = f"{candidate.name}+float{len(nodes)}"
+    return Candidate(name=name, strategy=candidate.strategy, options=options, keep_float=tuple(nodes))
+
+
+def _plugin_skip_reason(spec: Any, model: Any) -> str | None:
+    """The plugin's own word on whether it has anything to do; a broken check only costs a candidate."""
+    try:
+        return spec.skip_reason(model)
+    except Exception:  # noqa: BLE001 - a third party's check must not stop the search
+        return None
+
+
+def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
+                     provider: str = "cpu") -> tuple[list[Candidate], list[Skipped]]:
+    """Every available strategy that applies to ``model``, expanded over its grid.
+
+    ``strategies`` limits the search to those names (then a GPU-only strategy
+    or one that does not match the graph family is tried anyway, because the
+    user asked for it).  A strategy that needs calibration data is skipped
+    when there is none, with the reason.
+    """
+    from ..graph_family import as_model, matches, model_family
+    from ..registry import get_registry
+
+    registry = get_registry()
+    model = as_model(model)   # once, for the family and for the plugins' own checks
+    family = model_family(model)
+    wanted = list(dict.fromkeys(strategies)) if strategies else None
+    entries = [registry.get("quantizer", name) for name in wanted] if wanted else registry.all("quantizer")
+    found: list[Candidate] = []
+    skipped: list[Skipped] = []
+    for entry in entries:
+        spec = entry.spec
+        reason = entry.unavailable_reason()
+        if reason is None and not wanted and not matches(tuple(spec.applies_to), family):
+            reason = f"applies to {', '.join(spec.applies_to)} graphs; this one is {', '.join(sorted(family)) or 'neither'}"
+        if reason is None and not wanted and set(spec.avoid) & family:
+            reason = (f"its plugin marks it unsuited to {', '.join(sorted(set(spec.avoid) & family))} graphs; "
+                      "name it in --strategies to try it anyway")
+        if reason is None and not wanted and spec.gpu_only_gain and provider == "cpu":
+            reason = "mainly pays off on GPU providers; name it in --strategies to try it on the CPU"
+        if reason is None and not wanted and spec.skip_reason is not None:
+            reason = _plugin_skip_reason(spec, model)
+        if reason is None and spec.needs_calibration and not has_calibration:
+            reason = "needs calibration data (--calibration or --data)"
+        if reason:
+            skipped.append(Skipped(spec.name, reason))
+            continue
+        seen = set()
+        for options in spec.grid or ({},):
+            key = json.dumps(dict(options), sort_keys=True, default=str)
+            if key in seen:
+                continue
+            seen.add(key)
+            found.append(Candidate(candidate_name(spec.name, options), spec.name, dict(options)))
+    return found, skipped

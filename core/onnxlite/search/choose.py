@@ -1,0 +1,73 @@
+"""Picking the winner: fastest within budget (ties by size, then accuracy), or smallest with ``objective="size"``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .results import CandidateRow
+    pass
+
+
+#: p50 latencies within this fraction (or the measured spread, if larger) tie; then the smaller model wins
+LATENCY_TIE = 0.03
+
+
+#: sizes within this fraction count as a tie under objective="size" (then the faster one wins)
+SIZE_TIE = 0.01
+
+
+def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
+                baseline_p50: float | None = None, primary: str | None = None) -> CandidateRow | None:
+    """Fastest within budget (p50 ties within 3% go to the smaller), or smallest with ``objective="size"``.
+
+    When no candidate beats the float model's latency (``baseline_p50``) by more than the
+    tie margin, speed cannot decide and the smallest one wins.  Candidates that tie on
+    speed and on size (within 1%) are told apart by accuracy: the smallest drop on the
+    ``primary`` metric wins.
+    """
+    eligible = _eligible(rows)
+    if not eligible:
+        return None
+    best = min(eligible, key=lambda r: r.p50)
+    margin = latency_margin(best)
+    objective = deciding_objective(rows, objective, baseline_p50)
+
+    def drop(row: CandidateRow) -> float:
+        value = row.drops.get(primary) if primary else None
+        return value if value is not None and math.isfinite(value) else math.inf
+
+    if objective == "size":
+        smallest = min(r.size_bytes or 0 for r in eligible)
+        tied = [r for r in eligible if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
+        fastest = min(r.p50 for r in tied)
+        tied = [r for r in tied if r.p50 <= fastest * (1 + margin)]
+        return min(tied, key=lambda r: (drop(r), r.p50, r.size_bytes or 0))
+    tied = [r for r in eligible if r.p50 <= best.p50 * (1 + margin)]
+    smallest = min(r.size_bytes or 0 for r in tied)
+    tied = [r for r in tied if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
+    return min(tied, key=lambda r: (drop(r), r.size_bytes or 0, r.p50))
+
+
+def _eligible(rows: Sequence[CandidateRow]) -> list[CandidateRow]:
+    return [r for r in rows if r.status in {"ok", "winner"} and r.latency_ms]
+
+
+def deciding_objective(rows: Sequence[CandidateRow], objective: str, baseline_p50: float | None) -> str:
+    """``objective``, except that speed cannot decide when no candidate beats fp32 beyond the tie margin."""
+    eligible = _eligible(rows)
+    if objective != "latency" or not eligible or not baseline_p50:
+        return objective
+    best = min(eligible, key=lambda r: r.p50)
+    return "size" if best.p50 > baseline_p50 * (1 - latency_margin(best)) else objective
+
+
+def latency_margin(row: CandidateRow) -> float:
+    """How close two p50s must be to count as a tie: 3%, or the run-to-run spread of the
+    fastest model ((p90 - p50) / p50) when the machine is noisier than that."""
+    latency = row.latency_ms or {}
+    p50, p90 = latency.get("p50"), latency.get("p90")
+    spread = (p90 - p50) / p50 if p50 and p90 and p90 > p50 else 0.0
+    return max(LATENCY_TIE, min(spread, 0.25))

@@ -1,0 +1,58 @@
+"""The two data sets of a ``lighten`` run: calibration samples, and held-out samples that judge.
+
+Given only one set, it is split so that no sample both calibrates and judges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass
+class _Data:
+    calibration: Any          # Dataset, a path, or None
+    held_out: Any             # Dataset or None (generated samples)
+    description: str
+
+
+def _hf_tokenizer_default(source: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Text data for a transformers folder needs no tokenizer option: the folder has one."""
+    options = dict(options or {})
+    folder = Path(source)
+    if "tokenizer" not in options and folder.is_dir() and (folder / "tokenizer_config.json").exists():
+        options["tokenizer"] = str(folder)
+    return options
+
+
+def _split_data(data: Any, calibration: Any, specs: Sequence[Any], data_options: Mapping[str, Any],
+                calibration_options: Mapping[str, Any], split: float) -> _Data:
+    from ..data import load_data
+
+    if data is not None and calibration is not None:
+        held = load_data(data, specs, data_options)
+        return _Data(load_data(calibration, specs, calibration_options), held,
+                     f"judged on {len(held)} samples of {data}; calibrated on {calibration}")
+    if data is None and calibration is None:
+        return _Data(None, None, "judged on generated samples (pass --data for real ones); no calibration data")
+    path, options = (data, data_options) if data is not None else (calibration, calibration_options)
+    dataset = load_data(path, specs, options)
+    if len(dataset) < 2:
+        raise UsageError(f"{path}: needs at least 2 samples to split into calibration and held-out parts")
+    calib, held = dataset.split(split)
+    return _Data(calib, held, f"{path}: {len(calib)} samples calibrate, the other {len(held)} judge (held out)")
+
+
+def _write_calibration(dataset: Any, target: Path) -> Path:
+    import numpy as np
+
+    arrays = dict(dataset.arrays)
+    np.savez(target, **arrays)
+    return target

@@ -1,0 +1,367 @@
+"""``lighten``: find the smallest, fastest model that stays inside an accuracy budget.
+
+1. export the source with its framework plugin (verified);
+2. build candidates: every applicable quantizer plugin, over its option grid;
+3. quantize each candidate, each an independent task in its own process;
+4. judge each against the *source framework's* outputs on held-out data
+   (never the calibration samples);
+5. benchmark the survivors interleaved with the float model;
+6. pick: fastest within budget (ties by size), or smallest with ``objective="size"``;
+   when nothing fits, keep the worst nodes in float step by step (partial quantization).
+
+Everything is built in a scratch folder beside OUTDIR, which appears (or is
+replaced, with ``force``) only at the end: an interrupted run leaves OUTDIR as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from .choose import deciding_objective, pick_winner
+from .heldout import _hf_tokenizer_default, _split_data, _write_calibration
+from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
+
+if TYPE_CHECKING:
+    from ..runtime import SessionSettings
+    from .candidates import Candidate, Skipped
+
+Event = Callable[[str, Mapping[str, Any]], None]
+
+#: the accuracy budget when neither the caller nor a recipe gives one
+DEFAULT_MAX_DROP = "1%"
+#: a candidate must be at most this fraction of the float model's size to count as lighter
+MIN_SHRINK = 0.95
+#: held-out samples generated when the user gives no data
+GENERATED_SAMPLES = 128
+
+
+# -- the search ---------------------------------------------------------------------------------------------
+
+def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None, *,
+            framework: str = "auto", inputs: Sequence[Any] | None = None, model_class: str | None = None,
+            opset: int | None = None, exporter: str | None = None,
+            max_drop: Any = None, metric: Sequence[str] | str | None = None,
+            data: Any = None, data_options: Mapping[str, Any] | None = None,
+            calibration: Any = None, calibration_options: Mapping[str, Any] | None = None,
+            settings: SessionSettings | None = None, strategies: Sequence[str] | None = None,
+            recipe: str | os.PathLike[str] | None = None, objective: str | None = None, force: bool = False,
+            batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
+            max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None) -> LightenResult:
+    """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
+
+    ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
+    ``METRIC=VALUE`` items, as for ``compare``; default 1%, or the recipe's); ``metric`` names the metric(s)
+    to judge by (default: chosen from the output shapes).  ``data`` is held-out
+    evaluation data and ``calibration`` calibration data (any format
+    :func:`onnxlite.data.load_data` reads); given only one, it is split
+    (``split`` of it calibrates, the rest judges).  ``recipe`` reproduces a
+    ``recipe.toml`` without searching.  Returns a :class:`LightenResult`;
+    OUTDIR gets ``model.onnx``, ``recipe.toml`` and ``report.html/json/md``.
+    """
+    from ..atomic import scratch_dir
+    from ..runtime import SessionSettings, resolve_providers
+
+    started = time.perf_counter()
+    emit = on_event or (lambda _kind, _info: None)
+    settings = settings or SessionSettings()
+    if not 0 < split < 1:
+        raise UsageError(f"split: expected a fraction between 0 and 1, got {split}")
+    source = os.fspath(source)
+    out = Path(output_dir) if output_dir is not None else Path(f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
+    chosen = None
+    if recipe is not None:
+        from .recipes import read_recipe
+
+        chosen = read_recipe(recipe)
+        if metric is None and chosen.metric:
+            # Every budgeted metric must be computed again, the primary first.
+            metric = [chosen.metric, *(k for k in chosen.budgets if k != chosen.metric)]
+        if max_drop is None:
+            max_drop = dict(chosen.budgets) if chosen.budgets else chosen.max_drop
+        objective = chosen.objective if objective is None else objective
+    max_drop = DEFAULT_MAX_DROP if max_drop is None else max_drop
+    from ..evaluation.metrics import check_budget_values
+
+    check_budget_values(max_drop)
+    objective = objective or "latency"
+    if objective not in {"latency", "size"}:
+        raise UsageError(f"--objective: expected latency or size, got {objective!r}")
+    metrics = [metric] if isinstance(metric, str) else (list(metric) if metric else None)
+    resolve_providers(settings)  # an unavailable provider fails before any work
+
+    with scratch_dir(out) as work:
+        state = _Search(source, work, settings, emit)
+        state.export(framework, inputs, model_class, opset, exporter)
+        state.prepare_data(data, calibration, data_options, calibration_options, split)
+        state.build_judge(metrics, max_drop)
+        if chosen is not None:
+            state.from_recipe(chosen)
+        else:
+            state.build(strategies)
+        state.run_candidates(workers)
+        if partial and chosen is None and not any(r.status == "ok" for r in state.rows):
+            state.partial_fallback(max_float_nodes, workers)
+        state.benchmark(batch, runs)
+        result = state.finish(objective, out, chosen)
+        result.seconds = round(time.perf_counter() - started, 1)
+        state.publish(result, out, force)
+    emit("done", {"message": result.message})
+    return result
+
+
+class _Search:
+    """The state of one ``lighten`` run, step by step."""
+
+    def __init__(self, source: str, work: Path, settings: SessionSettings, emit: Event):
+        self.source, self.work, self.settings, self.emit = source, work, settings, emit
+        self.rows: list[CandidateRow] = []
+        self.skipped: list[Skipped] = []
+        self.candidates: list[Candidate] = []
+        self.partial: dict[str, Any] | None = None
+        self.notes: list[str] = []
+
+    # 1. export
+    def export(self, framework, inputs, model_class, opset, exporter) -> None:
+        from ..conversion.export import export
+        from ..inputs import specs_from_onnx
+
+        self.emit("stage", {"message": "exporting and verifying against the source"})
+        self.exported = export(self.source, self.work / "fp32.onnx", framework=framework, inputs=inputs,
+                               model_class=model_class, opset=opset, exporter=exporter, settings=self.settings,
+                               on_step=lambda msg: self.emit("step", {"message": msg}))
+        self.fp32 = Path(self.exported.path)
+        self.framework = self.exported.framework
+        self.model_class = model_class
+        self.specs = specs_from_onnx(self.fp32)
+
+    # data
+    def prepare_data(self, data, calibration, data_options, calibration_options, split) -> None:
+        data_options = _hf_tokenizer_default(self.source, data_options)
+        calibration_options = _hf_tokenizer_default(self.source, calibration_options)
+        self.data = _split_data(data, calibration, self.specs, data_options, calibration_options, split)
+        self.calibration_file: Path | None = None
+        if self.data.calibration is not None:
+            self.calibration_file = _write_calibration(self.data.calibration, self.work / "calibration.npz")
+
+    # 4. the judge: the source framework's outputs on held-out data
+    def build_judge(self, metrics, max_drop) -> None:
+        from ..evaluation.judge import Judge
+        from .tasks import save_judge
+
+        self.emit("stage", {"message": f"running the {self.framework} source on held-out data"})
+        options = {"model_class": self.model_class} if self.model_class else None
+        self.judge: Judge = Judge.from_reference(self.source, self.data.held_out, self.fp32, framework=self.framework,
+                                                 source_options=options, metrics=metrics, max_drop=max_drop,
+                                                 settings=self.settings, seed=1,
+                                                 samples=None if self.data.held_out is not None else GENERATED_SAMPLES)
+        if not self.judge.budgets:
+            raise UsageError("--max-drop: a budget is needed to judge candidates (for example 1%)")
+        self.judge_dir = save_judge(self.judge, self.work / "judge")
+        verdict = self.judge.evaluate(self.fp32, "fp32")
+        self.baseline = CandidateRow(name="fp32", strategy="none", options={}, status="reference",
+                                     size_bytes=verdict.size_bytes, metrics=verdict.metrics, drops=verdict.drops,
+                                     path=str(self.fp32), reason="the exported model, unquantized")
+
+    # 2. candidates
+    def build(self, strategies) -> None:
+        from .candidates import build_candidates
+
+        self.candidates, self.skipped = build_candidates(self.fp32, strategies=strategies,
+                                                         has_calibration=self.calibration_file is not None,
+                                                         provider=self.settings.provider)
+        if not self.candidates:
+            reasons = "; ".join(f"{s.strategy}: {s.reason}" for s in self.skipped) or "no quantizer plugins"
+            raise UsageError(f"no strategy applies to this model ({reasons})")
+
+    def from_recipe(self, recipe) -> None:
+        from .candidates import Candidate, candidate_name, exclude_option
+        from ..registry import get_registry
+
+        spec = get_registry().get("quantizer", recipe.strategy).spec
+        # The recipe's options already hold the float nodes in the strategy's exclusion option;
+        # excluded_nodes is kept for the record.
+        option = exclude_option(spec) if recipe.excluded_nodes else None
+        name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items() if k != option})
+        if recipe.excluded_nodes:
+            name += f"+float{len(recipe.excluded_nodes)}"
+        if spec.needs_calibration and self.calibration_file is None:
+            raise UsageError(f"--recipe: strategy {recipe.strategy!r} needs calibration data (--calibration or --data)")
+        self.candidates = [Candidate(name, recipe.strategy, dict(recipe.options), tuple(recipe.excluded_nodes))]
+
+    def _task(self, candidate: Candidate, index: int) -> dict[str, Any]:
+        from ..registry import get_registry
+
+        spec = get_registry().get("quantizer", candidate.strategy).spec
+        settings = self.settings.to_dict()
+        return {"candidate": candidate.to_dict(), "model": str(self.fp32),
+                "output": str(self.work / "candidates" / f"candidate{index}.onnx"),
+                "calibration": str(self.calibration_file) if spec.needs_calibration and self.calibration_file else None,
+                "judge": str(self.judge_dir), "settings": settings}
+
+    # 3 + 4. quantize and judge, each candidate in its own process
+    def run_candidates(self, workers: int | None, candidates: Sequence[Candidate] | None = None) -> list[CandidateRow]:
+        from .tasks import default_workers, run_tasks
+
+        todo = list(candidates if candidates is not None else self.candidates)
+        offset = len(self.rows)
+        tasks = [self._task(c, offset + i) for i, c in enumerate(todo)]
+        workers = workers or default_workers(self.baseline.size_bytes)   # the fp32 size, measured when judged
+        self.emit("candidates", {"total": len(tasks), "workers": workers})
+        new = []
+        for result in run_tasks(tasks, self.work / "tasks", workers,
+                                on_start=lambda t: self.emit("candidate_start", {"name": t["candidate"]["name"]})):
+            row = _row(result)
+            if row.status == "ok" and row.size_bytes and self.baseline.size_bytes and \
+                    row.size_bytes > self.baseline.size_bytes * MIN_SHRINK:
+                row.status = "rejected"
+                row.reason = f"within budget but not lighter: {row.size_bytes / self.baseline.size_bytes:.2f}x the float size"
+            new.append(row)
+            self.emit("candidate_done", {"name": row.name, "status": row.status, "reason": row.reason,
+                                         "metrics": row.metrics, "primary": self.judge.primary})
+        order = {c.name: i for i, c in enumerate(todo)}
+        new.sort(key=lambda r: order.get(r.name, 0))
+        self.rows.extend(new)
+        return new
+
+    # partial quantization
+    def partial_fallback(self, max_float_nodes: int | None, workers: int | None) -> None:
+        from .candidates import Candidate, exclude_option, with_keep_float
+        from .partial import exclusion_steps, feeds_for_ranking, rank_nodes
+        from ..registry import get_registry
+
+        registry = get_registry()
+        primary = self.judge.primary
+        usable = [r for r in self.rows if r.over_budget and r.path and primary in r.drops
+                  and exclude_option(registry.get("quantizer", r.strategy).spec)]
+        if not usable:
+            self.partial = {"tried": False, "reason": "no quantized candidate can keep nodes in float"}
+            return
+        # The base to repair: the lightest candidate that came reasonably close to the budget
+        # (within 3x of it), else simply the closest one.
+        budget = self.judge.budgets.get(primary) or 0.0
+        close = [r for r in usable if r.drops[primary] <= 3 * budget]
+        base_row = (min(close, key=lambda r: (r.size_bytes or 0, r.drops[primary])) if close
+                    else min(usable, key=lambda r: r.drops[primary]))
+        spec = registry.get("quantizer", base_row.strategy).spec
+        self.emit("stage", {"message": f"no candidate fits the budget; ranking nodes of {base_row.name} by the error they add"})
+        ranked = rank_nodes(self.fp32, base_row.path, feeds_for_ranking(self.judge.feeds), self.settings.threads)
+        self.partial = {"tried": True, "base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]],
+                        "steps": []}
+        if not ranked:
+            self.partial["reason"] = "no node outputs could be matched between the float and quantized models"
+            return
+        base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
+        # Keeping every node in float would just be the float model again: stop at half of them.
+        limit = max_float_nodes or max(1, len(ranked) // 2)
+        for k in exclusion_steps(len(ranked), limit):
+            candidate = with_keep_float(base, spec, [r.node for r in ranked[:k]])
+            self.emit("stage", {"message": f"keeping the {k} worst node(s) in float"})
+            row = self.run_candidates(workers, [candidate])[0]
+            self.partial["steps"].append({"keep_float": k, "name": row.name, "status": row.status,
+                                          "drop": row.drops.get(primary)})
+            if row.status == "ok":
+                break
+
+    # 5. benchmark the survivors interleaved with the float model
+    def benchmark(self, batch: int | None, runs: int) -> None:
+        from ..benchmark.bench import bench
+
+        survivors = [r for r in self.rows if r.status == "ok"]
+        if not survivors:
+            return
+        samples = self.judge.samples
+        size = max(1, min(batch or 32, samples))
+        feeds = {k: v[:size] for k, v in self.judge.feeds.items()}
+        self.bench_batch = size
+        self.emit("stage", {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
+        models = [self.baseline] + survivors
+        result = bench([r.path for r in models], feeds=feeds, runs=runs, warmup=3, settings=self.settings,
+                       names=[r.name for r in models],
+                       progress=lambda frac, text: self.emit("bench", {"fraction": frac, "text": text}))
+        for row, measured in zip(models, result.rows):
+            row.latency_ms, row.throughput = measured.latency_ms, measured.throughput
+            row.peak_rss_bytes, row.load_seconds = measured.peak_rss_bytes, measured.load_seconds
+            if measured.status != "ok" and row is not self.baseline:
+                row.status, row.reason = "failed", f"benchmark failed: {measured.note}"
+
+    # 6. pick and explain
+    def finish(self, objective: str, out: Path, recipe: Any) -> LightenResult:
+        base_p50 = self.baseline.p50
+        measured_base = base_p50 if self.baseline.latency_ms else None
+        winner = pick_winner(self.rows, objective, measured_base, self.judge.primary)
+        # The same rule pick_winner applied, so the explanation matches the choice.
+        basis = deciding_objective(self.rows, objective, measured_base)
+        if winner is not None and basis != objective:
+            self.notes.append("no candidate was measurably faster than fp32, so the smallest one within budget won")
+        primary = self.judge.primary
+        for row in self.rows:
+            if row is winner:
+                row.status = "winner"
+                row.reason = _why_won(row, self.baseline, basis)
+            elif row.status == "ok" and winner is not None:
+                slower = row.p50 / winner.p50 if winner.p50 else float("nan")
+                row.reason = (f"within budget, but {slower:.2f}x the winner's latency and "
+                              f"{(row.size_bytes or 0) / max(1, winner.size_bytes or 1):.2f}x its size")
+                mine, theirs = row.drops.get(primary), winner.drops.get(primary)
+                if mine is not None and theirs is not None and mine > theirs:
+                    row.reason += f"; its {primary} drop is larger ({mine:.4g} vs {theirs:.4g})"
+        if winner is not None:
+            drop = winner.drops.get(primary, float("nan"))
+            message = (f"winner: {winner.name}: {_ratio(self.baseline.size_bytes, winner.size_bytes)} smaller, "
+                       f"{_speed(base_p50, winner.p50)} fp32, {primary} drop {drop:.4g} "
+                       f"(budget {self.judge.budgets.get(primary, float('nan')):.4g})")
+            message += "".join(f"; {note}" for note in self.notes)
+        else:
+            message = ("nothing qualifies: no candidate stayed within the accuracy budget"
+                       + (", even with the worst nodes kept in float" if self.partial and self.partial.get("tried") else "")
+                       + "; see the report for how far each one was")
+        return LightenResult(
+            output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows,
+            skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],
+            primary_metric=primary, budgets=dict(self.judge.budgets), objective=objective, message=message,
+            export=self.exported.to_dict(), data=self.data.description, partial=self.partial,
+            settings={"provider": self.settings.provider, "threads": self.settings.threads,
+                      "bench_batch": getattr(self, "bench_batch", None), "held_out_samples": self.judge.samples,
+                      "recipe": bool(recipe)},
+        )
+
+    # OUTDIR appears whole, or not at all
+    def publish(self, result: LightenResult, out: Path, force: bool) -> None:
+        from ..atomic import write_text
+        from ..modelio import publish_model
+        from .recipes import Recipe
+        from ..report.files import write_report
+
+        staged = self.work / "out"
+        staged.mkdir()
+        if result.winner is not None:
+            publish_model(result.winner.path, staged / "model.onnx")
+            recipe = Recipe(strategy=result.winner.strategy, options=result.winner.options,
+                            excluded_nodes=tuple(result.winner.keep_float), metric=self.judge.primary,
+                            max_drop=self.judge.budgets.get(self.judge.primary),
+                            budgets=dict(self.judge.budgets), objective=result.objective,
+                            provider=self.settings.provider, framework=self.framework,
+                            inputs=tuple(str(s) for s in self.specs))
+            write_text(staged / "recipe.toml", recipe.to_toml())
+        names = write_report(result.to_report(), staged)
+        backup = None
+        if out.exists():
+            backup = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, backup)
+        os.replace(staged, out)
+        if backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
+        result.reports = {kind: out / Path(path).name for kind, path in names.items()}
+        if result.winner is not None:
+            result.model_path, result.recipe_path = out / "model.onnx", out / "recipe.toml"
+
+

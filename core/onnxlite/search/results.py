@@ -1,0 +1,186 @@
+"""What ``lighten`` learns: a :class:`CandidateRow` per candidate, the :class:`LightenResult`, and its report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .tasks import TaskResult
+
+
+@dataclass
+class CandidateRow:
+    """A candidate with everything learnt about it."""
+
+    name: str
+    strategy: str
+    options: dict[str, Any]
+    keep_float: list[str] = field(default_factory=list)
+    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | failed
+    reason: str = ""
+    over_budget: bool = False
+    size_bytes: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    drops: dict[str, float] = field(default_factory=dict)
+    latency_ms: dict[str, float] | None = None
+    throughput: float | None = None
+    peak_rss_bytes: int | None = None
+    load_seconds: float | None = None
+    quantize_seconds: float = 0.0
+    quantize: dict[str, Any] = field(default_factory=dict)
+    path: str | None = None
+
+    @property
+    def p50(self) -> float:
+        return (self.latency_ms or {}).get("p50", float("inf"))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("path")
+        return data
+
+
+@dataclass
+class LightenResult:
+    """What ``lighten`` found, and where it wrote it."""
+
+    output_dir: Path
+    winner: CandidateRow | None
+    baseline: CandidateRow
+    candidates: list[CandidateRow]
+    skipped: list[dict[str, str]]
+    primary_metric: str
+    budgets: dict[str, float]
+    objective: str
+    message: str
+    export: dict[str, Any]
+    settings: dict[str, Any]
+    data: str
+    partial: dict[str, Any] | None = None
+    model_path: Path | None = None
+    recipe_path: Path | None = None
+    reports: dict[str, Path] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..report.model import _jsonable
+
+        return _jsonable({
+            "output_dir": str(self.output_dir),
+            "winner": self.winner.to_dict() if self.winner else None,
+            "model": str(self.model_path) if self.model_path else None,
+            "recipe": str(self.recipe_path) if self.recipe_path else None,
+            "reports": {k: str(v) for k, v in self.reports.items()},
+            "message": self.message,
+            "objective": self.objective,
+            "primary_metric": self.primary_metric,
+            "budgets": self.budgets,
+            "baseline": self.baseline.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "skipped": self.skipped,
+            "partial": self.partial,
+            "export": self.export,
+            "settings": self.settings,
+            "data": self.data,
+            "seconds": self.seconds,
+        })
+
+    def to_report(self) -> Any:
+        return _report(self)
+
+
+def _row(result: TaskResult) -> CandidateRow:
+    row = CandidateRow(name=result.name, strategy=result.strategy, options=result.options,
+                       keep_float=list(result.keep_float), size_bytes=result.size_bytes, metrics=result.metrics,
+                       drops=result.drops, quantize=result.quantize, quantize_seconds=result.seconds, path=result.path)
+    if result.status == "failed":
+        row.status, row.reason = "failed", result.error
+    elif result.passed is False:
+        row.status, row.reason = "rejected", "over budget: " + "; ".join(result.failures)
+        row.over_budget = True
+    return row
+
+
+def _ratio(before: float | None, after: float | None) -> str:
+    if not before or not after or after == float("inf"):
+        return "?x"
+    return f"{before / after:.2f}x"
+
+
+def _speed(before: float, after: float) -> str:
+    """``2.10x faster than`` or ``0.81x the speed of`` (never "0.81x faster")."""
+    if not before or not after or after == float("inf") or before == float("inf"):
+        return "? the speed of"
+    ratio = before / after
+    return f"{ratio:.2f}x faster than" if ratio >= 1 else f"{ratio:.2f}x the speed of"
+
+
+def _why_won(row: CandidateRow, baseline: CandidateRow, objective: str) -> str:
+    what = "fastest" if objective == "latency" else "smallest"
+    return (f"{what} within budget: {_ratio(baseline.size_bytes, row.size_bytes)} smaller and "
+            f"{_speed(baseline.p50, row.p50)} fp32")
+
+
+def _report(result: LightenResult) -> Any:
+    from ..report.model import ModelRow, Report
+
+    rows = []
+    for row in [result.baseline] + result.candidates:
+        note = row.reason
+        if row.keep_float:
+            note = f"{note} [kept in float: {', '.join(row.keep_float[:6])}{'...' if len(row.keep_float) > 6 else ''}]"
+        # Candidate files live in the scratch folder, which is gone by now; only the winner is kept.
+        path = "model.onnx" if row.status == "winner" else "(not kept)"
+        rows.append(ModelRow(name=row.name, path=path, size_bytes=row.size_bytes, latency_ms=row.latency_ms,
+                             throughput=row.throughput, load_seconds=row.load_seconds,
+                             peak_rss_bytes=row.peak_rss_bytes, metrics=row.metrics, status=row.status, note=note))
+    sections = [("Result", result.message),
+                ("Budget", "\n".join(f"- `{k}`: drop at most {v:.4g}" for k, v in result.budgets.items())
+                 + f"\n- objective: {result.objective}\n- data: {result.data}")]
+    if result.skipped:
+        sections.append(("Strategies not tried", "\n".join(f"- **{s['strategy']}**: {s['reason']}" for s in result.skipped)))
+    if result.partial and result.partial.get("tried"):
+        ranking = "\n".join(f"- `{r['node']}` ({r['op_type']}): adds {r['added_error']:.3g} relative error"
+                            for r in result.partial["ranking"][:10])
+        steps = "\n".join(f"- {s['keep_float']} node(s) in float: {s['status']} (drop {s['drop']})"
+                          for s in result.partial["steps"])
+        sections.append(("Partial quantization", f"Based on {result.partial['base']}. Worst nodes:\n{ranking}\n\nSteps:\n{steps}"))
+    line = verification_line(result.export)
+    if line:
+        sections.append(("Export verification", line))
+    return Report(title="onnxlite lighten", kind="lighten", rows=rows, primary_metric=result.primary_metric,
+                  settings={"objective": result.objective, **{k: v for k, v in result.settings.items() if v is not None}},
+                  sections=sections)
+
+
+def verification_line(export: dict[str, Any]) -> str:
+    """What the export check really did: how many output comparisons, on which feed sets, and the worst of them.
+
+    ``export`` is :meth:`ExportResult.to_dict`; each row of its verification is one output on one feed set.
+    """
+    verification = export.get("verification") or {}
+    rows = verification.get("rows") or []
+    if not rows:
+        return ""
+    framework = export.get("framework") or "source"
+    feed_sets = sorted({row["feed_set"] for row in rows})
+    outputs = sorted({row["output"] for row in rows})
+    failed = [row for row in rows if not row["passed"]]
+    verdict = "all within tolerance" if not failed else f"{len(failed)} outside tolerance"
+    parts = [f"{len(rows)} checks ({len(outputs)} output(s) x {len(feed_sets)} feed sets: {', '.join(feed_sets)}) "
+             f"against {framework}, {verdict} (atol {verification.get('atol'):g}, rtol {verification.get('rtol'):g})"]
+    diffs = [row for row in rows if not row["exact"] and row["max_abs_diff"] is not None]
+    if diffs:
+        worst = max(diffs, key=lambda row: row["max_abs_diff"])
+        parts.append(f"worst max |diff| {worst['max_abs_diff']:.3g} on {worst['output']} [{worst['feed_set']}]")
+    cosines = [row for row in rows if row["cosine_min"] is not None]
+    if cosines:
+        lowest = min(cosines, key=lambda row: row["cosine_min"])
+        parts.append(f"lowest cosine {lowest['cosine_min']:.6f} on {lowest['output']} [{lowest['feed_set']}]")
+    exact = [row for row in rows if row["exact"]]
+    if exact:
+        parts.append(f"{len(exact)} non-float check(s) matched exactly" if all(r["passed"] for r in exact)
+                     else f"{sum(not r['passed'] for r in exact)} non-float check(s) differ")
+    return "; ".join(parts)

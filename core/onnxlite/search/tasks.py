@@ -1,0 +1,229 @@
+"""One ``lighten`` candidate as an independent task: inputs -> model file + metrics.
+
+A task is described by a JSON file (the float model, the candidate, the
+calibration data file, the judge folder) and writes a JSON result, so it can
+run in a fresh process here or, later, on another machine.  ``lighten`` runs
+each task in its own subprocess: a candidate that crashes, even inside
+onnxruntime, takes only its own process down and is recorded as failed.
+
+Run one by hand: ``python -m onnxlite.search.tasks TASK.json RESULT.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import one_line
+
+if TYPE_CHECKING:
+    from ..evaluation.judge import Judge
+
+
+@dataclass
+class TaskResult:
+    name: str
+    strategy: str
+    options: dict[str, Any]
+    keep_float: list[str] = field(default_factory=list)
+    status: str = "ok"                      # ok | failed
+    error: str = ""
+    path: str | None = None
+    size_bytes: int | None = None
+    seconds: float = 0.0
+    quantize: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    drops: dict[str, float] = field(default_factory=dict)
+    passed: bool | None = None
+    failures: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskResult:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# -- the judge on disk ---------------------------------------------------------------------------------------
+
+def save_judge(judge: Judge, folder: Path) -> Path:
+    """Reference outputs, inputs, labels and metric settings, for tasks in other processes."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    outputs, inputs = list(judge.reference_outputs), list(judge.feeds)
+    arrays = {f"ref_{i}": judge.reference_outputs[n] for i, n in enumerate(outputs)}
+    arrays |= {f"in_{i}": judge.feeds[n] for i, n in enumerate(inputs)}
+    if judge.labels is not None:
+        arrays["labels"] = np.asarray(judge.labels)
+    np.savez(folder / "judge.npz", **arrays)
+    config = {"outputs": outputs, "inputs": inputs, "metrics": [m.key for m in judge.metrics],
+              "primary": judge.primary, "budgets": judge.budgets, "batch_size": judge.batch_size}
+    (folder / "judge.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
+    import numpy as np
+
+    from ..evaluation.judge import Judge
+    from ..runtime import SessionSettings
+
+    config = json.loads((folder / "judge.json").read_text())
+    with np.load(folder / "judge.npz", allow_pickle=False) as npz:
+        reference = {n: npz[f"ref_{i}"] for i, n in enumerate(config["outputs"])}
+        feeds = {n: npz[f"in_{i}"] for i, n in enumerate(config["inputs"])}
+        labels = npz["labels"] if "labels" in npz.files else None
+    return Judge(reference, feeds, labels, config["metrics"], max_drop=config["budgets"] or None,
+                 primary=config["primary"], settings=SessionSettings(**settings), batch_size=config["batch_size"])
+
+
+# -- one task, in this process ---------------------------------------------------------------------------------
+
+def run_task(task: Mapping[str, Any]) -> TaskResult:
+    """Quantize the float model with the task's candidate, then judge the result."""
+    from ..errors import OnnxliteError
+    from ..quantization.run import quantize
+
+    candidate = task["candidate"]
+    result = TaskResult(name=candidate["name"], strategy=candidate["strategy"], options=dict(candidate["options"]),
+                        keep_float=list(candidate.get("keep_float", ())))
+    started = time.perf_counter()
+    try:
+        output = Path(task["output"])
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{output.name}.", dir=output.parent) as private:
+            # onnxruntime's quantizers write scratch files beside their input (e.g. "<model>-inferred.onnx"),
+            # so tasks running at once on one shared file would trample each other: each gets its own link.
+            model = _private_copy(Path(task["model"]), Path(private))
+            quantized = quantize(model, output, candidate["strategy"], calibration=task.get("calibration"),
+                                 **candidate["options"])
+        result.path = str(quantized.path)
+        result.size_bytes = quantized.size_after
+        result.quantize = {k: v for k, v in quantized.to_dict().items() if k not in {"path", "source"}}
+        verdict = load_judge(Path(task["judge"]), task.get("settings", {})).evaluate(quantized.path, result.name)
+        result.metrics, result.drops = verdict.metrics, verdict.drops
+        result.passed, result.failures = verdict.passed, verdict.failures
+    except OnnxliteError as exc:
+        result.status, result.error = "failed", str(exc)
+    except Exception as exc:  # a plugin's own bug: recorded, never fatal to the search
+        result.status, result.error = "failed", f"{one_line(exc, 400, kind=True)}"
+    result.seconds = round(time.perf_counter() - started, 2)
+    return result
+
+
+def _private_copy(model: Path, folder: Path) -> Path:
+    """Hard-link (or copy) ``model`` and its external data into ``folder``."""
+    from ..modelio import external_data_files
+
+    for path in [model, *external_data_files(model)]:
+        target = folder / path.relative_to(model.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+    return folder / model.name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m onnxlite.search.tasks TASK.json RESULT.json", file=sys.stderr)
+        return 2
+    task = json.loads(Path(args[0]).read_text())
+    result = run_task(task)
+    from ..atomic import write_text
+
+    write_text(args[1], json.dumps(result.to_dict(), indent=2, default=str))
+    return 0
+
+
+# -- many tasks, each in its own process -------------------------------------------------------------------------
+
+def _crash_message(returncode: int, stderr: str) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        what = f"the candidate's process crashed ({name})"
+    else:
+        what = f"the candidate's process exited with code {returncode}"
+    tail = " | ".join(line for line in stderr.strip().splitlines()[-3:] if line.strip())
+    return f"{what}{': ' + tail[-300:] if tail else ''}"
+
+
+def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1,
+              on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:
+    """Run ``tasks`` in subprocesses, at most ``workers`` at a time; yield results as they finish."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    # The child must see the same plugins and packages as this process.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    pending = list(enumerate(tasks))
+    running: dict[int, tuple[subprocess.Popen, Mapping[str, Any], Path, Any, float]] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, workers):
+                index, task = pending.pop(0)
+                spec_file, result_file = folder / f"task{index}.json", folder / f"result{index}.json"
+                spec_file.write_text(json.dumps(task, indent=2, default=str))
+                log = open(folder / f"task{index}.log", "w+")
+                if on_start:
+                    on_start(task)
+                proc = subprocess.Popen([sys.executable, "-m", "onnxlite.search.tasks", str(spec_file), str(result_file)],
+                                        stdout=log, stderr=subprocess.STDOUT, env=env)
+                running[index] = (proc, task, result_file, log, time.monotonic())
+            time.sleep(0.05)
+            for index in list(running):
+                proc, task, result_file, log, began = running[index]
+                code = proc.poll()
+                if code is None:
+                    continue
+                del running[index]
+                log.seek(0)
+                output = log.read()
+                log.close()
+                candidate = task["candidate"]
+                if code == 0 and result_file.exists():
+                    yield TaskResult.from_dict(json.loads(result_file.read_text()))
+                else:
+                    yield TaskResult(name=candidate["name"], strategy=candidate["strategy"],
+                                     options=dict(candidate["options"]), keep_float=list(candidate.get("keep_float", ())),
+                                     status="failed", error=_crash_message(code, output),
+                                     seconds=round(time.monotonic() - began, 2))
+    finally:
+        for proc, *_rest in running.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for _proc, _task, _result, log, _began in running.values():
+            log.close()
+
+
+def default_workers(model_bytes: int) -> int:
+    """Candidates at once: bounded by cores and by memory (a candidate holds a few copies of the model)."""
+    cores = os.cpu_count() or 1
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        available = 4 * 1024**3
+    by_memory = max(1, int(available // max(1, 8 * model_bytes + 512 * 1024**2)))
+    return max(1, min(cores, by_memory))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
