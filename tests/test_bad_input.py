@@ -259,3 +259,90 @@ def test_a_plugin_cannot_take_a_builtin_name(tmp_path):
     done = run_cli("quantize", str(model), "-o", str(tmp_path / "q.onnx"), "--json", site=site)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["quantized_ops"].get("MatMulInteger") == 2   # the real dynamic ran
+
+
+# ---------------------------------------------------------------- 4. signals
+
+SLOW_QUANTIZER = '''
+import os, time
+from pathlib import Path
+from onnxlite import hookimpl, QuantizerSpec
+
+class Slow:
+    def quantize(self, model, output, options, context):
+        Path(os.environ["SLOWPOKE_PID"]).write_text(str(os.getpid()))
+        time.sleep(120)
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="slowpoke", description="takes its time", factory=Slow, applies_to=("any",))]
+'''
+
+SWALLOWING_QUANTIZER = '''
+import os, signal, time
+from onnxlite import hookimpl, QuantizerSpec
+
+class Swallows:
+    def quantize(self, model, output, options, context):
+        # What an extension module does when Ctrl-C lands while it initialises: the interrupt
+        # becomes "ImportError: initialization failed".
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed") from None
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="swallows", description="loses the interrupt", factory=Swallows)]
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in status)
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_stop_signals_stop_workers_and_remove_scratch(tmp_path, sig):
+    site = make_plugin_dist(tmp_path / "site", "acme-slow", "0.1", "acme_slow", SLOW_QUANTIZER)
+    model = make_mlp(tmp_path / "mlp.onnx")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    pid_file = tmp_path / "worker.pid"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+               SLOWPOKE_PID=str(pid_file), TMPDIR=str(scratch))
+    env.pop("ONNXLITE_DISABLE_PLUGIN_AUTOLOAD", None)
+    proc = subprocess.Popen([sys.executable, "-m", "onnxlite", "lighten", str(model), "-o", str(tmp_path / "out"),
+                             "--strategies", "slowpoke", "--workers", "1"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid_file.exists(), proc.communicate()[1] if proc.poll() is not None else "the candidate never started"
+    worker = int(pid_file.read_text())
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1].startswith("Aborted"), err
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker), "the candidate's worker is still running"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.onnx", "site", "tmp", "worker.pid"]
+    # (a native library drops a small ".ses" session-id file into TMPDIR; it is not a scratch folder)
+    assert [p.name for p in scratch.iterdir() if p.name != ".ses"] == []
+
+
+def test_ctrl_c_swallowed_by_an_import_is_still_aborted(tmp_path):
+    site = make_plugin_dist(tmp_path / "site", "acme-swallows", "0.1", "acme_swallows", SWALLOWING_QUANTIZER)
+    model = make_mlp(tmp_path / "mlp.onnx")
+    done = run_cli("quantize", str(model), "-o", str(tmp_path / "q.onnx"), "-s", "swallows", site=site)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "Aborted.", done.stderr
+    assert not (tmp_path / "q.onnx").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.onnx", "site"]

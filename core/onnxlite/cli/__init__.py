@@ -7,6 +7,7 @@ error's code (2 for usage errors); ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import click
@@ -59,8 +60,60 @@ for command in (export, quantize, compare, bench, lighten, plugins):
 cli.add_command(sweep)
 
 
+#: signals that stop a run the way Ctrl-C does: the stack unwinds, so workers are stopped and
+#: scratch folders removed by the same ``finally`` blocks (a bare SIGTERM would skip them all)
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+#: the stop signal received during this run, if any
+_stopped: int | None = None
+
+
+def _on_stop_signal(signum: int, _frame: object) -> None:
+    global _stopped
+    _stopped = signum
+    raise KeyboardInterrupt
+
+
+def _handle_stop_signals() -> dict[int, object]:
+    """Install :func:`_on_stop_signal` (main thread only); returns the handlers to put back."""
+    previous: dict[int, object] = {}
+    for name in STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None:
+            continue
+        try:
+            if signal.getsignal(number) is signal.SIG_IGN:
+                continue   # e.g. SIGHUP under nohup: the user asked to ignore it
+            previous[number] = signal.signal(number, _on_stop_signal)
+        except (ValueError, OSError):   # not the main thread, or not allowed here
+            break
+    return previous
+
+
+def _abort(signum: int | None) -> None:
+    """Report a stop as ``Aborted.`` and exit 128 + the signal (130 for Ctrl-C)."""
+    signum = signum or signal.SIGINT
+    name = signal.Signals(signum).name
+    click.echo("Aborted." if signum == signal.SIGINT else f"Aborted ({name}).", err=True)
+    sys.exit(128 + signum)
+
+
+def _one_line(text: str) -> str:
+    """Whitespace runs become one space and other control characters are escaped, so an error
+    quoting the user's input (``--option 'a=\\x1e'``) still prints as exactly one line."""
+    text = " ".join(text.split())
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI and turn our errors into one line and an exit code."""
+    """Entry point: run the CLI and turn our errors into one line and an exit code.
+
+    SIGINT, SIGTERM and SIGHUP all end the run as ``Aborted.`` with exit code
+    128 + the signal.  An error raised after a stop signal (an extension module
+    that turns the interrupt into ``ImportError: initialization failed`` while
+    it loads, say) is reported as the stop it is, not as that error.
+    """
+    global _stopped
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     # TensorFlow's C++ logs (and its oneDNN banner) go to stderr at import, before the
@@ -68,26 +121,31 @@ def main(argv: list[str] | None = None) -> None:
     # The CLI runs TF only as a reference, so quiet it; the user's own settings win.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    _stopped = None
+    previous = _handle_stop_signals()
     try:
         code = cli.main(args=args, prog_name="onnxlite", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _abort(_stopped)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("Interrupted.", err=True)
-        sys.exit(130)
     except OnnxliteError as exc:
+        if _stopped is not None:
+            _abort(_stopped)
         if debug:
             raise
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(f"Error: {_one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against bare tracebacks
+        if _stopped is not None:
+            _abort(_stopped)
         if debug:
             raise
-        message = " ".join(str(exc).split())
-        click.echo(f"Error: {type(exc).__name__}: {message} (run with --debug for the traceback)", err=True)
+        click.echo(f"Error: {type(exc).__name__}: {_one_line(str(exc))} (run with --debug for the traceback)",
+                   err=True)
         sys.exit(1)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     sys.exit(code if isinstance(code, int) else 0)
