@@ -1,18 +1,29 @@
-"""Where onnxruntime really runs each node, and what falls back to the CPU.
+"""Where onnxruntime really runs each node, what falls back to the CPU, and what that costs.
 
 An accelerator provider runs only the operators it has kernels for; the rest
 go to the CPU provider, with device copies around them.  A quantized model
-full of operators the accelerator lacks (int8 QOperator ops on CUDA) can be
-slower than fp32.  We learn the placement from onnxruntime's own profiler:
-every node event in the profile JSON carries ``args.provider``.
+full of operators the accelerator lacks (int8 QOperator ops on CUDA,
+QLinearMatMul on OpenVINO) can be slower than fp32.  We learn the placement
+from onnxruntime's own profiler: every node event in the profile JSON carries
+``args.provider`` and its duration.  A provider that compiles subgraphs
+(OpenVINO, TensorRT) appears as one fused node per subgraph
+(``OpenVINO-EP-subgraph_N``); the nodes it could not take appear one by one.
+
+:func:`logged_placement` reads the same assignment from a second source, the
+session's verbose "Node placements" log, so the two can be checked against
+each other node for node (tests/test_openvino.py does, on a real EP).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,23 +70,191 @@ def read_profile(path: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
     return parse_profile(events)
 
 
-def profile_nodes(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
-                  feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, dict[str, str]]:
-    """Run the model once with profiling on and return :func:`parse_profile` of the result."""
-    from .inputs import make_feeds, specs_from_onnx
-    from .runtime import SessionSettings, create_session, run_session, session_options
+@dataclass(frozen=True)
+class NodeTime:
+    """One node as onnxruntime ran it: provider and mean kernel time per run."""
 
-    settings = settings or SessionSettings()
+    name: str
+    op: str
+    provider: str
+    ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "op": self.op, "provider": self.provider, "ms": round(self.ms, 4)}
+
+
+@dataclass(frozen=True)
+class PlacementReport:
+    """Every node that ran, where, and for how long; the CPU fallback with its cost."""
+
+    requested: str                  # onnxruntime's name of the provider asked for
+    nodes: tuple[NodeTime, ...]
+    run_ms: float | None            # mean ``model_run`` time of the profiled runs
+    runs: int
+
+    @property
+    def fallback(self) -> tuple[NodeTime, ...]:
+        """Nodes that ran on the CPU although another provider was asked for."""
+        if self.requested == CPU:
+            return ()
+        return tuple(n for n in self.nodes if n.provider == CPU)
+
+    @property
+    def fallback_ms(self) -> float:
+        return sum(n.ms for n in self.fallback)
+
+    def fallback_ops(self) -> dict[str, int]:
+        return dict(Counter(n.op for n in self.fallback).most_common())
+
+    def summary(self) -> str | None:
+        """One line for tables and reports, None when nothing fell back."""
+        if not self.fallback:
+            return None
+        ops = ", ".join(f"{op} x{n}" for op, n in list(self.fallback_ops().items())[:4])
+        more = ", ..." if len(self.fallback_ops()) > 4 else ""
+        share = f" of {self.run_ms:.2f} ms a run ({self.fallback_ms / self.run_ms:.0%})" if self.run_ms else " a run"
+        return (f"{len(self.fallback)} node(s) ran on the CPU instead of {self.requested} ({ops}{more}): "
+                f"{self.fallback_ms:.2f} ms{share}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requested": self.requested, "runs": self.runs,
+                "run_ms": None if self.run_ms is None else round(self.run_ms, 4),
+                "fallback": {n.name: n.op for n in self.fallback}, "fallback_ms": round(self.fallback_ms, 4),
+                "fallback_ops": self.fallback_ops(), "nodes": [n.to_dict() for n in self.nodes]}
+
+
+def parse_profile_times(events: Iterable[Mapping[str, Any]]) -> tuple[list[NodeTime], float | None, int]:
+    """Nodes with their mean kernel time, the mean ``model_run`` time and the number of runs.
+
+    The first run pays for allocation and (on compiling providers) for
+    building the engine, so it is left out of the means when there are more.
+    """
+    durations: dict[str, list[float]] = {}
+    info: dict[str, dict[str, str]] = {}
+    model_runs: list[float] = []
+    for event in events:
+        if event.get("name") == "model_run":
+            model_runs.append(float(event.get("dur", 0)) / 1000)
+        if event.get("cat") != "Node" or not str(event.get("name", "")).endswith(_KERNEL_SUFFIX):
+            continue
+        args = event.get("args") or {}
+        if not args.get("provider"):
+            continue
+        name = str(event["name"])[: -len(_KERNEL_SUFFIX)] or f"{args.get('op_name', 'node')}#{args.get('node_index', '?')}"
+        info.setdefault(name, {"op": str(args.get("op_name", "")), "provider": str(args["provider"])})
+        durations.setdefault(name, []).append(float(event.get("dur", 0)) / 1000)
+
+    def mean(values: list[float]) -> float:
+        kept = values[1:] if len(values) > 1 else values
+        return sum(kept) / len(kept)
+
+    nodes = [NodeTime(name, info[name]["op"], info[name]["provider"], mean(times)) for name, times in durations.items()]
+    runs = len(model_runs)
+    return nodes, (mean(model_runs) if model_runs else None), runs
+
+
+def _default_feeds(model_path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    from .inputs import make_feeds, specs_from_onnx
+
+    return make_feeds(specs_from_onnx(model_path), batch=2, seq=8)
+
+
+def _profile_events(model_path: str | os.PathLike[str], settings: SessionSettings,
+                    feeds: Mapping[str, np.ndarray] | None, runs: int) -> list[dict[str, Any]]:
+    from .runtime import create_session, run_session, session_options
+
     with tempfile.TemporaryDirectory(prefix="onnxlite-profile-") as tmp:
         options = session_options(settings)
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
         session = create_session(model_path, settings, options)
-        if feeds is None:
-            feeds = make_feeds(specs_from_onnx(model_path), batch=2, seq=8)
-        run_session(session, feeds)
-        profile = session.end_profiling()
-        return read_profile(profile)
+        feeds = _default_feeds(model_path) if feeds is None else feeds
+        for _ in range(max(1, runs)):
+            run_session(session, feeds)
+        path = session.end_profiling()
+        try:
+            events = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{path}: not a readable onnxruntime profile ({exc})") from None
+    return events.get("traceEvents", []) if isinstance(events, dict) else events
+
+
+def placement_report(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
+                     feeds: Mapping[str, np.ndarray] | None = None, runs: int = 3) -> PlacementReport:
+    """Run the model ``runs`` times with profiling on: where each node ran and what the fallback cost."""
+    from .runtime import SessionSettings
+
+    settings = settings or SessionSettings()
+    nodes, run_ms, count = parse_profile_times(_profile_events(model_path, settings, feeds, runs))
+    return PlacementReport(requested=requested_provider(settings), nodes=tuple(nodes), run_ms=run_ms, runs=count)
+
+
+def profile_nodes(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
+                  feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, dict[str, str]]:
+    """Run the model once with profiling on and return :func:`parse_profile` of the result."""
+    from .runtime import SessionSettings
+
+    return parse_profile(_profile_events(model_path, settings or SessionSettings(), feeds, 1))
+
+
+_PLACED = re.compile(r"(All nodes|Node\(s\)) placed on \[(\w+)\]\. Number of nodes: (\d+)")
+_PLACED_NODE = re.compile(r"VerifyEachNodeIsAssignedToAnEp\]\s{3}(\S+) \((.*)\)\s*$")
+
+
+def parse_placement_log(text: str) -> dict[str, list[tuple[str, str]] | None]:
+    """Provider -> ``[(op, node name), ...]`` from onnxruntime's verbose "Node placements" log.
+
+    ``None`` for a provider means the log said "All nodes placed on" it without listing them.
+    """
+    placed: dict[str, list[tuple[str, str]] | None] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        header = _PLACED.search(line)
+        if header:
+            current = header.group(2)
+            placed[current] = None if header.group(1) == "All nodes" else []
+            continue
+        node = _PLACED_NODE.search(line)
+        if node and current is not None and placed[current] is not None:
+            placed[current].append((node.group(1), node.group(2)))
+        elif "VerifyEachNodeIsAssignedToAnEp" not in line:
+            current = None
+    return placed
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Send file descriptor 2 to ``path``: onnxruntime's C++ logger writes there, not to sys.stderr."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "wb") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def logged_placement(model_path: str | os.PathLike[str],
+                     settings: SessionSettings | None = None) -> dict[str, list[tuple[str, str]] | None]:
+    """Where the session's partitioner put each node, from its verbose log (see :func:`parse_placement_log`).
+
+    A second account of the placement, independent of the profiler, that
+    costs one session creation and no run.
+    """
+    from dataclasses import replace
+
+    from .runtime import SessionSettings, create_session, session_options
+
+    settings = replace(settings or SessionSettings(), log_severity=0)
+    with tempfile.TemporaryDirectory(prefix="onnxlite-placement-") as tmp:
+        log = Path(tmp) / "session.log"
+        with _stderr_to(log):
+            create_session(model_path, settings, session_options(settings))
+        return parse_placement_log(log.read_text(errors="replace"))
 
 
 def node_placement(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
@@ -97,11 +276,9 @@ def cpu_fallback_nodes(model_path: str | os.PathLike[str], settings: SessionSett
 
     Empty when the CPU provider itself was asked for: nothing fell back.
     """
-    wanted = requested_provider(settings)
-    if wanted == CPU:
+    if requested_provider(settings) == CPU:
         return {}
-    nodes = profile_nodes(model_path, settings, feeds)
-    return {node: info["op"] for node, info in nodes.items() if info["provider"] == CPU}
+    return {n.name: n.op for n in placement_report(model_path, settings, feeds, runs=1).fallback}
 
 
 def model_format(model_path: str | os.PathLike[str]) -> str:
@@ -114,11 +291,13 @@ def model_format(model_path: str | os.PathLike[str]) -> str:
     ops = {node.op_type for node in model.graph.node}
     if "MatMulNBits" in ops:
         return "int4"
+    # QOperator models keep a QuantizeLinear/DequantizeLinear pair at their float edges, so their
+    # own ops decide first.
+    if ops & {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "DynamicQuantizeLinear",
+              "QGemm", "QAttention", "DynamicQuantizeMatMul"} or any(op.startswith("QLinear") for op in ops):
+        return "qoperator"
     if "QuantizeLinear" in ops and "DequantizeLinear" in ops:
         return "qdq"
-    if ops & {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "DynamicQuantizeLinear",
-              "QGemm", "QAttention", "DynamicQuantizeMatMul"}:
-        return "qoperator"
     if any(init.data_type == TensorProto.FLOAT16 for init in model.graph.initializer):
         return "fp16"
     return "fp32"
