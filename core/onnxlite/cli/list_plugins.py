@@ -38,5 +38,5 @@ def show(registry: Registry, as_json: bool) -> None:
         for row in payload["broken"]:
             table.add_row(row["name"], f"{row['distribution']} {row['version']}", row["error"])
         for row in payload["conflicts"]:
-            table.add_row(row["name"], "-", row["message"])
+            table.add_row(row["name"], ", ".join(row["distributions"]), row["message"])
         out.print(table)
