@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from ..inputs import InputSpec
     from ..runtime import SessionSettings
+    from .sources import LoadedSource
 
 #: Recent enough for transformer graphs, supported by both torch exporters and every onnxruntime >= 1.15.
 DEFAULT_OPSET = 18
@@ -186,13 +187,31 @@ def _run_reference(model: Any, feeds: Mapping[str, np.ndarray], specs: Sequence[
                          f"({one_line(exc, 200, kind=True)}); check --input") from None
 
 
+def load_for_export(source: str | os.PathLike[str], framework: str = "auto", *,
+                    inputs: Sequence[InputSpec | str] | None = None, model_class: str | None = None,
+                    settings: SessionSettings | None = None, options: Mapping[str, Any] | None = None,
+                    framework_options: Mapping[str, Any] | Sequence[str] | None = None) -> LoadedSource:
+    """Load ``source`` through its framework plugin the way :func:`export` does (a ``file.py`` runs here)."""
+    from .sources import INPUTS, load_source
+
+    user_specs = _coerce_inputs(inputs)
+    load_options: dict[str, Any] = dict(options or {})
+    if model_class:
+        load_options["model_class"] = model_class
+    if user_specs:
+        load_options[INPUTS] = user_specs
+    if settings is not None:
+        load_options.setdefault("settings", settings)
+    return load_source(str(source), framework, load_options, framework_options)
+
+
 def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, framework: str = "auto",
            inputs: Sequence[InputSpec | str] | None = None, opset: int | None = None, exporter: str | None = None,
            samples: Any = None, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, verify: bool = True,
            model_class: str | None = None, external_data: bool | None = None,
            settings: SessionSettings | None = None, options: Mapping[str, Any] | None = None,
            framework_options: Mapping[str, Any] | Sequence[str] | None = None,
-           on_step: Callable[[str], None] | None = None) -> ExportResult:
+           on_step: Callable[[str], None] | None = None, loaded: LoadedSource | None = None) -> ExportResult:
     """Export ``source`` to ``output`` (an ``.onnx`` path) and verify it in onnxruntime.
 
     ``inputs`` are ``NAME:DTYPE[dims]`` strings or InputSpecs (else derived from
@@ -202,11 +221,12 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
     (``{"signature": "serving_default"}`` or ``["signature=serving_default"]``,
     as ``--option`` gives them), checked against its spec.  Raises
     :class:`VerificationError` when outputs differ beyond ``atol``/``rtol``
-    (nothing is written then).
+    (nothing is written then).  ``loaded`` is the source already loaded by
+    :func:`load_for_export` (``lighten`` loads it once for the export and its judge);
+    ``framework``, ``inputs``, ``model_class``, ``options`` and ``framework_options`` are then unused.
     """
     from ..atomic import scratch_dir
     from ..modelio import external_data_files, load_model, model_size, save_model, set_metadata
-    from .sources import INPUTS, load_source
     from .verify import verify as run_verify
 
     step = on_step or (lambda _message: None)
@@ -218,17 +238,10 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
     opset = opset or DEFAULT_OPSET
     if not 7 <= opset <= 23:
         raise UsageError(f"--opset {opset}: expected an opset between 7 and 23")
-    user_specs = _coerce_inputs(inputs)
-    load_options: dict[str, Any] = dict(options or {})
-    if model_class:
-        load_options["model_class"] = model_class
-    if user_specs:
-        load_options[INPUTS] = user_specs
-    if settings is not None:
-        load_options.setdefault("settings", settings)
-
-    step(f"Loading {source}")
-    loaded = load_source(source, framework, load_options, framework_options)
+    if loaded is None:
+        step(f"Loading {source}")
+        loaded = load_for_export(source, framework, inputs=inputs, model_class=model_class, settings=settings,
+                                 options=options, framework_options=framework_options)
     specs = loaded.input_specs
     feeds_list = sample_sets(specs, samples)
     step("Computing reference outputs")

@@ -35,6 +35,19 @@ DEFAULT_SEQ = 16
 
 
 @dataclass
+class ReferenceRun:
+    """The reference's outputs on the judge's samples, before any candidate exists."""
+
+    outputs: dict[str, np.ndarray]
+    feeds: dict[str, np.ndarray]
+    labels: Any
+    description: str
+    name: str
+    framework: str
+    path: str | None = None
+
+
+@dataclass
 class CandidateResult:
     """One candidate's scores.  ``passed`` is None when no budget was set."""
 
@@ -125,20 +138,44 @@ class Judge:
         the reference's input specs, or ``candidate``'s when the reference
         cannot describe them).
         """
+        run = cls.run_reference(reference, data, candidate, framework=framework, source_options=source_options,
+                                data_options=data_options, inputs=inputs, settings=settings, samples=samples,
+                                batch_size=batch_size, seq_len=seq_len, seed=seed, progress=progress)
+        return cls.from_run(run, candidate, metrics=metrics, max_drop=max_drop, primary=primary, settings=settings,
+                            batch_size=batch_size)
+
+    @staticmethod
+    def run_reference(reference: Any, data: Any = None, candidate: str | os.PathLike[str] | None = None, *,
+                      framework: str = "auto", source_options: Mapping[str, Any] | None = None,
+                      data_options: Mapping[str, Any] | None = None, inputs: Sequence[InputSpec] | None = None,
+                      settings: SessionSettings | None = None, samples: int | None = None,
+                      batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ, seed: int = 0,
+                      progress: Progress | None = None) -> ReferenceRun:
+        """The first half of :meth:`from_reference`: the reference's outputs on the data, no judge yet.
+
+        ``lighten`` runs it on the loaded source before exporting, and builds the
+        judge with :meth:`from_run` once the exported model names the outputs.
+        """
         ref = ReferenceModel.load(reference, framework, source_options, settings, inputs)
         specs = ref.specs(candidate)
         batches, labels, description = _prepare_data(data, specs, data_options, samples, batch_size, seq_len, seed)
         say = progress or (lambda _msg: None)
         say(f"running the {ref.framework} reference on {description}")
         outputs = _concat([ref.run(b) for b in batches], "reference output")
-        if candidate is not None:
-            outputs = _rename_like(outputs, candidate)
-        judge = cls(outputs, _concat(batches, "input"), labels, metrics,
+        return ReferenceRun(outputs, _concat(batches, "input"), labels, description, ref.name, ref.framework, ref.path)
+
+    @classmethod
+    def from_run(cls, run: ReferenceRun, candidate: str | os.PathLike[str] | None = None, *,
+                 metrics: Sequence[str] | None = None, max_drop: Any = None, primary: str | None = None,
+                 settings: SessionSettings | None = None, batch_size: int = DEFAULT_BATCH) -> Judge:
+        """A judge over a :class:`ReferenceRun`, with ``candidate``'s output names when the framework's differ."""
+        outputs = _rename_like(run.outputs, candidate) if candidate is not None else run.outputs
+        judge = cls(outputs, run.feeds, run.labels, metrics,
                     max_drop=max_drop, primary=primary, settings=settings, batch_size=batch_size)
-        judge.reference_name = ref.name
-        judge.framework = ref.framework
-        judge.data_description = description
-        judge.reference_path = ref.path
+        judge.reference_name = run.name
+        judge.framework = run.framework
+        judge.data_description = run.description
+        judge.reference_path = run.path
         return judge
 
     reference_name: str = "reference"

@@ -15,6 +15,7 @@ replaced, with ``force``) only at the end: an interrupted run leaves OUTDIR as i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -53,7 +54,8 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             settings: SessionSettings | None = None, strategies: Sequence[str] | None = None,
             recipe: str | os.PathLike[str] | None = None, objective: str | None = None, force: bool = False,
             batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
-            max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None) -> LightenResult:
+            max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
+            executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
@@ -64,6 +66,9 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     (``split`` of it calibrates, the rest judges).  ``recipe`` reproduces a
     ``recipe.toml`` without searching.  Returns a :class:`LightenResult`;
     OUTDIR gets ``model.onnx``, ``recipe.toml`` and ``report.html/json/md``.
+    ``executor`` runs the candidates and the benchmark: ``"local"`` (a process pool here), ``"ray"``
+    (Ray tasks on the cluster at ``ray_address``; ``bench_on`` a node label or resource for the
+    benchmark) or an :class:`onnxlite.executors.Executor`.
     """
     from ..atomic import scratch_dir
     from ..runtime import SessionSettings, resolve_providers
@@ -98,11 +103,15 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     metrics = [metric] if isinstance(metric, str) else (list(metric) if metric else None)
     resolve_providers(settings)  # an unavailable provider fails before any work
 
-    with scratch_dir(out) as work:
-        state = _Search(source, work, settings, emit)
-        state.export(framework, inputs, model_class, opset, exporter)
+    from ..executors import get_executor
+
+    runner = get_executor(executor, ray_address=ray_address, bench_on=bench_on)
+    with scratch_dir(out) as work, contextlib.closing(runner):
+        state = _Search(source, work, settings, emit, runner)
+        state.load(framework, inputs, model_class)
         state.prepare_data(data, calibration, data_options, calibration_options, split)
-        state.build_judge(metrics, max_drop)
+        state.run_reference()
+        state.export(opset, exporter, metrics, max_drop)
         if chosen is not None:
             state.from_recipe(chosen)
         else:
@@ -121,27 +130,24 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
 class _Search:
     """The state of one ``lighten`` run, step by step."""
 
-    def __init__(self, source: str, work: Path, settings: SessionSettings, emit: Event):
+    def __init__(self, source: str, work: Path, settings: SessionSettings, emit: Event, executor: Any):
         self.source, self.work, self.settings, self.emit = source, work, settings, emit
+        self.executor = executor   # where candidates and the benchmark run (onnxlite.executors)
         self.rows: list[CandidateRow] = []
         self.skipped: list[Skipped] = []
         self.candidates: list[Candidate] = []
         self.partial: dict[str, Any] | None = None
         self.notes: list[str] = []
 
-    # 1. export
-    def export(self, framework, inputs, model_class, opset, exporter) -> None:
-        from ..conversion.export import export
-        from ..inputs import specs_from_onnx
+    # 1. the source, loaded once: it serves the export and the judge (a file.py runs once)
+    def load(self, framework, inputs, model_class) -> None:
+        from ..conversion.export import load_for_export
 
-        self.emit("stage", {"message": "exporting and verifying against the source"})
-        self.exported = export(self.source, self.work / "fp32.onnx", framework=framework, inputs=inputs,
-                               model_class=model_class, opset=opset, exporter=exporter, settings=self.settings,
-                               on_step=lambda msg: self.emit("step", {"message": msg}))
-        self.fp32 = Path(self.exported.path)
-        self.framework = self.exported.framework
-        self.model_class = model_class
-        self.specs = specs_from_onnx(self.fp32)
+        self.emit("step", {"message": f"Loading {self.source}"})
+        self.loaded = load_for_export(self.source, framework, inputs=inputs, model_class=model_class,
+                                      settings=self.settings)
+        self.framework = self.loaded.framework
+        self.specs = self.loaded.input_specs
 
     # data
     def prepare_data(self, data, calibration, data_options, calibration_options, split) -> None:
@@ -152,17 +158,29 @@ class _Search:
         if self.data.calibration is not None:
             self.calibration_file = _write_calibration(self.data.calibration, self.work / "calibration.npz")
 
-    # 4. the judge: the source framework's outputs on held-out data
-    def build_judge(self, metrics, max_drop) -> None:
+    # 4. the judge: the source framework's outputs on held-out data, computed before exporting
+    def run_reference(self) -> None:
+        from ..evaluation.judge import Judge
+
+        self.emit("stage", {"message": f"running the {self.framework} source on held-out data"})
+        self.reference = Judge.run_reference(self.loaded.model, self.data.held_out, framework=self.framework,
+                                             inputs=self.specs, settings=self.settings, seed=1,
+                                             samples=None if self.data.held_out is not None else GENERATED_SAMPLES)
+        self.reference.name = self.source
+
+    # 1b. export (verified), then the judge, named like the exported model, and the float model's verdict
+    def export(self, opset, exporter, metrics, max_drop) -> None:
+        from ..conversion.export import export
         from ..evaluation.judge import Judge
         from .tasks import save_judge
 
-        self.emit("stage", {"message": f"running the {self.framework} source on held-out data"})
-        options = {"model_class": self.model_class} if self.model_class else None
-        self.judge: Judge = Judge.from_reference(self.source, self.data.held_out, self.fp32, framework=self.framework,
-                                                 source_options=options, metrics=metrics, max_drop=max_drop,
-                                                 settings=self.settings, seed=1,
-                                                 samples=None if self.data.held_out is not None else GENERATED_SAMPLES)
+        self.emit("stage", {"message": "exporting and verifying against the source"})
+        self.exported = export(self.source, self.work / "fp32.onnx", opset=opset, exporter=exporter,
+                               settings=self.settings, loaded=self.loaded,
+                               on_step=lambda msg: self.emit("step", {"message": msg}))
+        self.fp32 = Path(self.exported.path)
+        self.judge: Judge = Judge.from_run(self.reference, self.fp32, metrics=metrics, max_drop=max_drop,
+                                           settings=self.settings)
         if not self.judge.budgets:
             raise UsageError("--max-drop: a budget is needed to judge candidates (for example 1%)")
         self.judge_dir = save_judge(self.judge, self.work / "judge")
@@ -209,15 +227,13 @@ class _Search:
 
     # 3 + 4. quantize and judge, each candidate in its own process
     def run_candidates(self, workers: int | None, candidates: Sequence[Candidate] | None = None) -> list[CandidateRow]:
-        from .tasks import default_workers, run_tasks
 
         todo = list(candidates if candidates is not None else self.candidates)
         offset = len(self.rows)
         tasks = [self._task(c, offset + i) for i, c in enumerate(todo)]
-        workers = workers or default_workers(self.baseline.size_bytes)   # the fp32 size, measured when judged
         self.emit("candidates", {"total": len(tasks), "workers": workers})
         new = []
-        for result in run_tasks(tasks, self.work / "tasks", workers,
+        for result in self.executor.run_tasks(tasks, self.work / "tasks", workers,
                                 on_start=lambda t: self.emit("candidate_start", {"name": t["candidate"]["name"]})):
             row = _row(result)
             if row.status == "ok" and row.size_bytes and self.baseline.size_bytes and \
@@ -273,8 +289,6 @@ class _Search:
 
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:
-        from ..benchmark.bench import bench
-
         survivors = [r for r in self.rows if r.status == "ok"]
         if not survivors:
             return
@@ -284,9 +298,10 @@ class _Search:
         self.bench_batch = size
         self.emit("stage", {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
         models = [self.baseline] + survivors
-        result = bench([r.path for r in models], feeds=feeds, runs=runs, warmup=3, settings=self.settings,
-                       names=[r.name for r in models],
-                       progress=lambda frac, text: self.emit("bench", {"fraction": frac, "text": text}))
+        result = self.executor.bench([r.path for r in models], feeds=feeds, runs=runs, warmup=3,
+                                     settings=self.settings, names=[r.name for r in models],
+                                     progress=lambda frac, text: self.emit("bench", {"fraction": frac, "text": text}))
+        self.measured_on = {k: result.settings[k] for k in ("measured_on", "bench_node") if k in result.settings}
         for row, measured in zip(models, result.rows):
             row.latency_ms, row.throughput = measured.latency_ms, measured.throughput
             row.peak_rss_bytes, row.load_seconds = measured.peak_rss_bytes, measured.load_seconds
@@ -331,7 +346,8 @@ class _Search:
             export=self.exported.to_dict(), data=self.data.description, partial=self.partial,
             settings={"provider": self.settings.provider, "threads": self.settings.threads,
                       "bench_batch": getattr(self, "bench_batch", None), "held_out_samples": self.judge.samples,
-                      "recipe": bool(recipe)},
+                      "recipe": bool(recipe), "executor": self.executor.describe(),
+                      **getattr(self, "measured_on", {})},
         )
 
     # OUTDIR appears whole, or not at all
