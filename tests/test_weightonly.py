@@ -18,13 +18,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
 from onnxlite.errors import UsageError
+from onnxlite.modelio import external_data_files
 
 from conftest import run_cli
 
 VOCAB, HIDDEN, INNER = 256, 64, 128
 
 
-def make_embedder(path: Path, seed: int = 0) -> Path:
+def make_embedder(path: Path, seed: int = 0, external: bool = False) -> Path:
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array(rng.standard_normal((VOCAB, HIDDEN)).astype(np.float32), "table"),
              numpy_helper.from_array((rng.standard_normal((HIDDEN, INNER)) * 0.2).astype(np.float32), "w1"),
@@ -39,7 +40,10 @@ def make_embedder(path: Path, seed: int = 0) -> Path:
                               inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    onnx.save_model(model, str(path))
+    if external:
+        onnx.save_model(model, str(path), save_as_external_data=True, location=f"{path.name}.data", size_threshold=0)
+    else:
+        onnx.save_model(model, str(path))
     return path
 
 
@@ -110,6 +114,17 @@ def test_gather_quantization_shrinks_the_embedding_table(embedder, tmp_path, gat
     kept = onnxlite.quantize(embedder, tmp_path / "kept.onnx", strategy="weightonly", gather=gather, exclude="embed")
     assert kept.quantized_ops.get(op, 0) == 0
     assert kept.excluded_nodes == ["embed"] and kept.details["quantized_tables"] == 0
+
+
+def test_external_data_in_external_data_out(tmp_path):
+    (tmp_path / "in").mkdir()
+    source = make_embedder(tmp_path / "in" / "ext.onnx", external=True)
+    before = {p.name: p.stat().st_mtime_ns for p in source.parent.iterdir()}
+    ref = run(source)
+    result = onnxlite.quantize(source, tmp_path / "out" / "q.onnx", strategy="weightonly", gather="int8")
+    assert external_data_files(result.path) and result.quantized_ops["MatMulNBits"] == 2
+    assert min_cosine(ref, run(result.path)) > 0.99
+    assert {p.name: p.stat().st_mtime_ns for p in source.parent.iterdir()} == before   # nothing written beside it
 
 
 def test_accuracy_level_is_recorded(embedder, tmp_path):
