@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .machine import describe_machine
+from .machine import describe_machine, record_machine
 
 if TYPE_CHECKING:
-    from ..benchmarking import BenchResult
-    from ..tasks import TaskResult
+    from ..benchmark.bench import BenchResult
+    from ..search.tasks import TaskResult
 
 
 class LocalExecutor:
@@ -22,19 +22,21 @@ class LocalExecutor:
 
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
                   on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:
-        from ..tasks import default_workers, run_tasks
+        from ..search.tasks import default_workers, run_tasks
 
         if workers is None:
-            sizes = [os.path.getsize(t["model"]) for t in tasks if os.path.exists(t["model"])]
-            workers = default_workers(max(sizes, default=0))
+            from ..modelio import model_size
+
+            sizes = [model_size(t["model"]) for t in tasks if os.path.exists(t["model"])]
+            workers = default_workers(max(sizes, default=0))   # the fp32 model's size, external data included
         self.tasks += len(tasks)
         yield from run_tasks(tasks, folder, workers, on_start=on_start)
 
     def bench(self, models: Sequence[str | os.PathLike[str]], **options: Any) -> BenchResult:
-        from ..benchmarking import bench
+        from ..benchmark.bench import bench
 
         result = bench(models, **options)
-        result.settings["measured_on"] = describe_machine()
+        record_machine(result, describe_machine())
         return result
 
     def describe(self) -> dict[str, Any]:

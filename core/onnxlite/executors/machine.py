@@ -55,3 +55,9 @@ def _cpu_model() -> str | None:
         except (OSError, subprocess.SubprocessError):
             return None
     return None
+
+
+def record_machine(result: Any, info: dict[str, Any]) -> None:
+    """Say in a BenchResult's settings where it was measured: ``measured_on`` (a line) and ``bench_node``."""
+    result.settings["measured_on"] = machine_text(info)
+    result.settings["bench_node"] = info

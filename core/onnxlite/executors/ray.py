@@ -3,7 +3,7 @@
 - A candidate task asks for ``num_cpus`` (the session's threads, else 1) and
   ``memory`` (the same estimate the local pool sizes itself by: a few copies of
   the model).  Inside the task the candidate runs exactly as it does locally,
-  in its own subprocess (:func:`onnxlite.tasks.run_tasks`), so a candidate that
+  in its own subprocess (:func:`onnxlite.search.tasks.run_tasks`), so a candidate that
   crashes onnxruntime is a *failed candidate*, as on one machine, while a Ray
   worker or node that dies under it is a *fault*: Ray retries the task
   ``max_retries`` times, then it is recorded as failed with the cause.
@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OnnxliteError, UsageError
-from .machine import describe_machine, machine_text
+from .machine import describe_machine, record_machine
 from .transfer import pack, unpack
 
 if TYPE_CHECKING:
-    from ..benchmarking import BenchResult
-    from ..tasks import TaskResult
+    from ..benchmark.bench import BenchResult
+    from ..search.tasks import TaskResult
 
 #: times Ray re-runs a task whose worker or node died, before it counts as failed
 DEFAULT_MAX_RETRIES = 2
@@ -178,7 +178,7 @@ class RayExecutor:
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
                   on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:
         """Submit the tasks (at most ``workers`` at once, if given; else the cluster's resources decide)."""
-        from ..tasks import TaskResult
+        from ..search.tasks import TaskResult
 
         ray = self.connect()
         folder.mkdir(parents=True, exist_ok=True)
@@ -230,7 +230,7 @@ class RayExecutor:
 
     def _bring_back(self, reply: Mapping[str, Any], task: Mapping[str, Any]) -> TaskResult:
         """The finished model goes where the local pool would have written it: ``task["output"]``."""
-        from ..tasks import TaskResult
+        from ..search.tasks import TaskResult
 
         result = TaskResult.from_dict(reply["result"])
         self.placements[reply["node"]] += 1
@@ -256,10 +256,10 @@ class RayExecutor:
         """Benchmark here, or with ``bench_on`` on a matching node, holding all of its CPUs."""
         progress = options.pop("progress", None)
         if not self.bench_on:
-            from ..benchmarking import bench
+            from ..benchmark.bench import bench
 
             result = bench(models, progress=progress, **options)
-            result.settings["measured_on"] = describe_machine()
+            record_machine(result, describe_machine())
             return result
         ray = self.connect()
         node = self._bench_node()
@@ -289,8 +289,7 @@ class RayExecutor:
                                 f"{self._fault_message(exc)}") from None
         for row, path in zip(result.rows, paths):
             row.path = path   # the driver's files, not the node's scratch copies
-        result.settings["measured_on"] = where
-        result.settings["machine"] = machine_text(where)
+        record_machine(result, where)
         self.bench_node = where
         return result
 
@@ -356,7 +355,7 @@ def _run_candidate(task: dict[str, Any], model: Any, judge: Any, calibration: An
     """One candidate on this node, in its own subprocess, exactly as the local pool runs it."""
     import ray
 
-    from ..tasks import run_tasks
+    from ..search.tasks import run_tasks
 
     node_id = ray.get_runtime_context().get_node_id()
     with tempfile.TemporaryDirectory(prefix="onnxlite-candidate-") as tmp:
@@ -377,7 +376,7 @@ def _run_candidate(task: dict[str, Any], model: Any, judge: Any, calibration: An
 
 
 def _run_bench(models: list[Any], names: Sequence[str] | None, options: dict[str, Any]) -> tuple[Any, dict]:
-    from ..benchmarking import bench
+    from ..benchmark.bench import bench
 
     with tempfile.TemporaryDirectory(prefix="onnxlite-bench-models-") as tmp:
         paths = [_materialize(m, Path(tmp) / f"m{i}") for i, m in enumerate(models)]

@@ -96,6 +96,7 @@ def _lighten_model(name: str, options: dict[str, Any], files: Mapping[str, str],
     node = _node()
     with tempfile.TemporaryDirectory(prefix=f"onnxlite-sweep-{name}-") as tmp:
         options = dict(options)
+        source = options["source"]
         for index, (key, path) in enumerate(files.items()):
             value = inputs[key]
             if not isinstance(value, (str, dict)):
@@ -111,7 +112,7 @@ def _lighten_model(name: str, options: dict[str, Any], files: Mapping[str, str],
             extra["executor"] = _Split(RayExecutor(bench_on=bench_on, max_retries=max_retries))
         out = Path(tmp) / "out" / name
         outcome = _run_here(ModelJob(name, options), out, False, lambda _k, _i: None, **extra)
-        outcome.ran_on = node
+        outcome.ran_on, outcome.source = node, source
         return {"outcome": outcome.to_dict(), "outdir": pack(out) if out.is_dir() else None}
 
 

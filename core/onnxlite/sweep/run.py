@@ -134,7 +134,7 @@ def lighten_arguments(job: ModelJob) -> tuple[str, dict[str, Any]]:
 def _run_here(job: ModelJob, out: Path, force: bool, emit: Event, **extra: Any) -> ModelOutcome:
     """One model's lighten in this process; its errors become a failed record, Ctrl-C stops the sweep."""
     from ..executors.machine import describe_machine
-    from ..lightening import lighten
+    from ..search.lighten import lighten
 
     started = time.perf_counter()
     source, options = lighten_arguments(job)
