@@ -100,3 +100,66 @@ def test_a_fused_node_is_unknown_never_a_lie():
     head.name = "fused_head_and_friends"
     check = check_claims(model, fused, claimed_float=["head"])
     assert check.unknown == ("head",) and check.ok
+
+
+LIAR = '''
+    from onnxlite import Option, QuantizeOutcome, QuantizerSpec, hookimpl
+
+    class Liar:
+        """Quantizes every MatMul and Gemm, then says the Gemm stayed float."""
+
+        def quantize(self, model, output, options, context):
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantize_dynamic(str(model), str(output), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
+            return QuantizeOutcome(excluded_nodes=["head"], notes=["kept the head in float"])
+
+    @hookimpl
+    def register_quantizers():
+        return [QuantizerSpec(name="liar", description="claims a float head it quantized", factory=Liar,
+                              applies_to=("matmul",), options=(Option("exclude", str, (), "ignored", multiple=True),))]
+'''
+
+
+@pytest.fixture
+def liar_site(tmp_path):
+    from conftest import make_plugin_dist
+
+    return make_plugin_dist(tmp_path / "site", "onnxlite-liar", "0.1", "onnxlite_liar", LIAR)
+
+
+def test_quantize_warns_when_a_plugin_lies(tmp_path, liar_site):
+    import json
+
+    from conftest import run_cli
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(), model)
+    done = run_cli("quantize", str(model), "-o", str(tmp_path / "q.onnx"), "-s", "liar", "--json", site=liar_site)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert any("reported 1 node(s) (head) as kept in float" in w for w in result["warnings"]), result["warnings"]
+    assert result["details"]["claims"]["claimed_float_but_quantized"] == ["head"]
+    # the honest built-in with the same exclusion: no warning (it lists the Gemm's MatMul half as well)
+    honest = run_cli("quantize", str(model), "-o", str(tmp_path / "d.onnx"), "-s", "dynamic", "--option",
+                     "exclude=head", "--json")
+    assert honest.returncode == 0, honest.stderr
+    assert json.loads(honest.stdout)["details"]["claims"]["message"] == ""
+
+
+def test_lighten_fails_the_candidate_of_a_lying_plugin(tmp_path, liar_site, fresh_plugins):
+    import sys
+
+    import onnxlite
+
+    fresh_plugins.syspath_prepend(str(liar_site))
+    fresh_plugins.setenv("PYTHONPATH", str(liar_site))
+    model = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(), model)
+    assert str(liar_site) in sys.path
+    result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["liar"], max_drop="50%", runs=2,
+                              partial=False)
+    assert result.winner is None
+    row = next(r for r in result.candidates if r.strategy == "liar")
+    assert row.status == "failed"
+    assert "reported 1 node(s) (head) as kept in float" in row.reason

@@ -170,6 +170,25 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
                         check=check, on_warning=on_warning)
 
 
+def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, values: Mapping[str, Any],
+                  outcome: Any, warn: Callable[[str], None]) -> dict[str, Any]:
+    """What the written model really holds against the exclusions the plugin reported or was asked for.
+
+    A mismatch is a warning here; ``lighten`` fails the candidate (``details["claims"]["message"]``).
+    """
+    from ..claims import check_claims, requested_float_nodes
+    from ..modelio import load_model
+
+    patterns = [p for o in spec.options if o.multiple and "exclude" in o.name for p in (values.get(o.name) or ())]
+    checked = check_claims(source, load_model(produced, load_external_data=False),
+                           claimed_float=list(outcome.excluded_nodes),
+                           requested_float=requested_float_nodes(source, patterns))
+    message = checked.message(spec.name)
+    if message:
+        warn(message)
+    return checked.to_dict() | {"message": message}
+
+
 def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None, strategy_name: str,
                  options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
                  calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
@@ -218,6 +237,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         if not produced.exists():
             raise OnnxliteError(f"strategy {spec.name!r} wrote no model (expected {produced.name} in its workdir)")
         details = dict(outcome.details)
+        details["claims"] = _check_claims(proto, produced, spec, values, outcome, warn)
         if check:
             from .smoke import smoke_check
 

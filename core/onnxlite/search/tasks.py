@@ -113,6 +113,10 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
         result.path = str(quantized.path)
         result.size_bytes = quantized.size_after
         result.quantize = {k: v for k, v in quantized.to_dict().items() if k not in {"path", "source"}}
+        claims = (quantized.details.get("claims") or {}).get("message")
+        if claims:
+            # the plugin's word and the written model disagree: its figures cannot be trusted as a recipe
+            raise OnnxliteError(f"{claims} (the host counted the nodes in the written model)")
         verdict = load_judge(Path(task["judge"]), task.get("settings", {})).evaluate(quantized.path, result.name)
         result.metrics, result.drops = verdict.metrics, verdict.drops
         result.passed, result.failures = verdict.passed, verdict.failures
