@@ -64,6 +64,11 @@ class ReferenceModel:
 
         from ..runtime import SessionSettings
 
+        if hasattr(reference, "run") and not isinstance(reference, (str, os.PathLike)):
+            model = reference  # an already loaded SourceModel (lighten's, any framework)
+            specs = (lambda: list(inputs)) if inputs else (lambda: [s.with_role() for s in model.input_specs()])
+            return cls(type(model).__name__, framework if framework != "auto" else "python",
+                       lambda feeds: _run_source(model, feeds), specs)
         if _is_onnx(reference, framework):
             from ..inputs import specs_from_onnx
             from ..modelio import load_model
@@ -75,11 +80,6 @@ class ReferenceModel:
             session = create_session(path, cpu)
             specs = (lambda: list(inputs)) if inputs else (lambda: specs_from_onnx(path))
             return cls(path, "onnx", lambda feeds: run_session(session, feeds), specs, path)
-        if hasattr(reference, "run") and not isinstance(reference, (str, os.PathLike)):
-            model = reference  # an already loaded SourceModel
-            specs = (lambda: list(inputs)) if inputs else (lambda: [s.with_role() for s in model.input_specs()])
-            return cls(type(model).__name__, framework if framework != "auto" else "python",
-                       lambda feeds: _run_source(model, feeds), specs)
         from ..conversion.sources import INPUTS, load_source
 
         opts = dict(options or {})

@@ -163,7 +163,10 @@ class _Search:
         from ..evaluation.judge import Judge
 
         self.emit("stage", {"message": f"running the {self.framework} source on held-out data"})
-        self.reference = Judge.run_reference(self.loaded.model, self.data.held_out, framework=self.framework,
+        # An ONNX source runs as the judge's CPU reference (its answers are the ones to keep, whatever
+        # --provider says); any other source runs as loaded, so user code is not run a second time.
+        reference = self.source if self.framework == "onnx" else self.loaded.model
+        self.reference = Judge.run_reference(reference, self.data.held_out, framework=self.framework,
                                              inputs=self.specs, settings=self.settings, seed=1,
                                              samples=None if self.data.held_out is not None else GENERATED_SAMPLES)
         self.reference.name = self.source
