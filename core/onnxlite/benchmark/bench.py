@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..runtime import SessionSettings
-from .workers import _measure, _WorkerProcess
+from .workers import MIN_TURNS, TURN_SECONDS, _WorkerProcess
 
 if TYPE_CHECKING:
     import numpy as np
@@ -266,6 +266,67 @@ def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_f
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
         "python": platform.python_version(),
     }
+
+
+def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress) -> None:
+    estimates = []
+    for i, (worker, row) in enumerate(zip(workers, rows)):
+        if warmup:
+            if progress:
+                progress(0.0, f"warming up {row.name}")
+            reply = worker.timed_turn(warmup)
+            if not reply["ok"]:
+                _fail(row, worker, reply["error"])
+                estimates.append(None)
+                continue
+            lat = sorted(reply["latencies_ms"])
+            estimates.append(lat[len(lat) // 2] / 1e3)
+        else:
+            estimates.append(None)
+
+    def turn_size(estimate: float | None) -> int:
+        if runs_per_turn:
+            return runs_per_turn
+        n = max(1, round(TURN_SECONDS / estimate)) if estimate else 1
+        return n if seconds else min(n, max(1, math.ceil(runs / MIN_TURNS)))
+
+    per_turn = [turn_size(e) for e in estimates]
+    done = [0] * len(rows)
+    spent = [0.0] * len(rows)
+
+    def remaining(i: int) -> bool:
+        if rows[i].status == "failed":
+            return False
+        return spent[i] < seconds * 1e3 if seconds else done[i] < runs
+
+    def fraction() -> float:
+        live = [i for i in range(len(rows)) if rows[i].status != "failed"] or [0]
+        if seconds:
+            return min(1.0, sum(min(spent[i] / (seconds * 1e3), 1.0) for i in live) / len(live))
+        return sum(min(done[i], runs) for i in live) / (runs * len(live))
+
+    while any(remaining(i) for i in range(len(rows))):
+        for i, (worker, row) in enumerate(zip(workers, rows)):
+            if not remaining(i):
+                continue
+            n = per_turn[i] if seconds else min(per_turn[i], runs - done[i])
+            reply = worker.timed_turn(n)
+            if not reply["ok"]:
+                _fail(row, worker, reply["error"])
+                continue
+            row.latencies_ms.extend(reply["latencies_ms"])
+            # Keep sizing turns from the latest one (the warm-up's estimate may be missing or from cold runs).
+            per_turn[i] = turn_size(sorted(reply["latencies_ms"])[n // 2] / 1e3)
+            done[i] += n
+            spent[i] += sum(reply["latencies_ms"])
+            schedule.append((i, n))
+            if progress:
+                progress(fraction(), f"measuring {row.name}")
+
+
+def _fail(row: BenchRow, worker: _WorkerProcess, error: str) -> None:
+    row.status, row.note = "failed", error
+    worker.close()
 
 
 def _summarize(row: BenchRow, batch: int) -> None:

@@ -1,4 +1,4 @@
-"""The parent side of ``onnxlite bench``'s worker processes: start them, hand out turns, pause the idle ones.
+"""The parent side of ``onnxlite bench``'s worker processes: start one per model, time a turn, pause it between turns.
 
 Each model runs in its own ``python -m onnxlite.benchmark.worker`` child (the
 child side is :mod:`onnxlite.benchmark.worker`), spoken to one JSON line at a
@@ -8,18 +8,14 @@ time, so its peak resident memory is its own.
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from ..errors import OnnxliteError, UsageError
-
-if TYPE_CHECKING:
-    from .bench import BenchRow
 
 #: a turn aims at this much running time, so switching between workers costs little of it
 TURN_SECONDS = 0.05
@@ -28,67 +24,6 @@ MIN_TURNS = 10
 #: Pause (SIGSTOP) the workers that are not taking their turn; see _WorkerProcess.timed_turn.
 #: benchmarks/worker_isolation.py turns it off to measure what it is worth.
 PAUSE_IDLE_WORKERS = True
-
-
-def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress) -> None:
-    estimates = []
-    for i, (worker, row) in enumerate(zip(workers, rows)):
-        if warmup:
-            if progress:
-                progress(0.0, f"warming up {row.name}")
-            reply = worker.timed_turn(warmup)
-            if not reply["ok"]:
-                _fail(row, worker, reply["error"])
-                estimates.append(None)
-                continue
-            lat = sorted(reply["latencies_ms"])
-            estimates.append(lat[len(lat) // 2] / 1e3)
-        else:
-            estimates.append(None)
-
-    def turn_size(estimate: float | None) -> int:
-        if runs_per_turn:
-            return runs_per_turn
-        n = max(1, round(TURN_SECONDS / estimate)) if estimate else 1
-        return n if seconds else min(n, max(1, math.ceil(runs / MIN_TURNS)))
-
-    per_turn = [turn_size(e) for e in estimates]
-    done = [0] * len(rows)
-    spent = [0.0] * len(rows)
-
-    def remaining(i: int) -> bool:
-        if rows[i].status == "failed":
-            return False
-        return spent[i] < seconds * 1e3 if seconds else done[i] < runs
-
-    def fraction() -> float:
-        live = [i for i in range(len(rows)) if rows[i].status != "failed"] or [0]
-        if seconds:
-            return min(1.0, sum(min(spent[i] / (seconds * 1e3), 1.0) for i in live) / len(live))
-        return sum(min(done[i], runs) for i in live) / (runs * len(live))
-
-    while any(remaining(i) for i in range(len(rows))):
-        for i, (worker, row) in enumerate(zip(workers, rows)):
-            if not remaining(i):
-                continue
-            n = per_turn[i] if seconds else min(per_turn[i], runs - done[i])
-            reply = worker.timed_turn(n)
-            if not reply["ok"]:
-                _fail(row, worker, reply["error"])
-                continue
-            row.latencies_ms.extend(reply["latencies_ms"])
-            # Keep sizing turns from the latest one (the warm-up's estimate may be missing or from cold runs).
-            per_turn[i] = turn_size(sorted(reply["latencies_ms"])[n // 2] / 1e3)
-            done[i] += n
-            spent[i] += sum(reply["latencies_ms"])
-            schedule.append((i, n))
-            if progress:
-                progress(fraction(), f"measuring {row.name}")
-
-
-def _fail(row: BenchRow, worker: _WorkerProcess, error: str) -> None:
-    row.status, row.note = "failed", error
-    worker.close()
 
 
 class _WorkerProcess:
