@@ -50,6 +50,13 @@ class DiesOnce:
         quantize_dynamic(str(model), str(output))
 
 
+class Sleeps:
+    def quantize(self, model, output, options, context):
+        import time
+        (Path(os.environ["ONNXLITE_TEST_MARKS"]) / "sleeps").write_text("started")
+        time.sleep(120)
+
+
 class AlwaysDies:
     def quantize(self, model, output, options, context):
         _kill_the_ray_worker()
@@ -59,7 +66,8 @@ class AlwaysDies:
 def register_quantizers():
     return [QuantizerSpec(name="dies-once", description="its worker is killed on the first attempt",
                           factory=DiesOnce),
-            QuantizerSpec(name="always-dies", description="its worker is killed every time", factory=AlwaysDies)]
+            QuantizerSpec(name="always-dies", description="its worker is killed every time", factory=AlwaysDies),
+            QuantizerSpec(name="sleeps", description="takes two minutes", factory=Sleeps)]
 '''
 
 
@@ -177,6 +185,33 @@ def test_a_killed_worker_is_retried_then_recorded_as_failed(killer_plugins, tmp_
     assert rows["always-dies"].status == "failed"
     assert "failed 2 times" in rows["always-dies"].reason and "WorkerCrashedError" in rows["always-dies"].reason
     assert result.winner is not None   # the search went on
+
+
+def test_ctrl_c_cancels_the_cluster_tasks_and_leaves_no_outdir(killer_plugins, tmp_path):
+    import time
+
+    model = tiny_mlp(tmp_path / "mlp.onnx", seed=3)
+    mark = killer_plugins["marks"] / "sleeps"
+
+    def interrupt_when_sleeping(kind, info):
+        # fp16 is done; "sleeps" has a minute and more to go on the other node.
+        if kind == "candidate_done" and info["name"] == "fp16":
+            deadline = time.monotonic() + 60
+            while not mark.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        onnxlite.lighten(model, tmp_path / "out", executor="ray", strategies=["sleeps", "fp16"], max_drop="5%",
+                         runs=3, on_event=interrupt_when_sleeping)
+    assert mark.read_text() == "started"
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # This driver is still connected, so only the cancel can have freed the sleeping task's CPU.
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == 2
 
 
 def _zoo(folder: Path, count: int) -> Path:

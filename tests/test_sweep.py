@@ -117,6 +117,14 @@ def test_sweep_cli_errors_exit_2_in_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [f"Error: {manifest}: model 'a': unknown key 'run' (did you mean runs?)"]
 
 
+def test_lighten_ray_flags_without_the_ray_executor_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "onnxlite", "lighten", "model.onnx", "--bench-on", "arch=arm64"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == "Error: --bench-on: needs --executor ray"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_help_listing_and_sweep_help_do_not_import_ray():
     probe = (
         "import sys\n"

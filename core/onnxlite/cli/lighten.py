@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from .common import json_option, session_options, session_settings
+from .executor_options import executor_from, executor_options
 
 
 @click.command(short_help="Search for the lightest model within an accuracy budget.")
@@ -42,6 +43,7 @@ from .common import json_option, session_options, session_settings
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Candidates quantized at once (default: bounded by cores and memory).")
 @click.option("--no-partial", is_flag=True, help="Do not fall back to partial quantization when nothing fits.")
+@executor_options
 @session_options
 @json_option
 def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metrics: tuple[str, ...],
@@ -49,7 +51,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metr
             calibration_options: tuple[str, ...], strategies: str | None, recipe: str | None, objective: str | None,
             force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None, batch: int | None,
             runs: int, workers: int | None, no_partial: bool, provider: str, threads: int | None,
-            graph_optimization: str, execution_mode: str, as_json: bool) -> None:
+            graph_optimization: str, execution_mode: str, as_json: bool, **executor: Any) -> None:
     """Find the smallest, fastest model that stays within an accuracy budget.
 
     Exports SOURCE (verified), quantizes it with every strategy that applies
@@ -72,7 +74,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metr
             calibration_options=option_pairs(calibration_options, "--calibration-option"),
             settings=settings, strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
-            partial=not no_partial, on_event=progress.event)
+            partial=not no_partial, on_event=progress.event, executor=executor_from(executor))
     if as_json:
         from .common import emit_json
 

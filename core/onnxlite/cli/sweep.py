@@ -2,31 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .common import json_option
+from .executor_options import executor_options
 
 
 @click.command()
 @click.argument("manifest", metavar="MANIFEST.toml")
 @click.option("-o", "--output-dir", metavar="ROOT", help="One OUTDIR per model goes under ROOT, plus summary.html/md/json "
               "(default: the manifest's [sweep] output, else MANIFEST-stem.sweep).")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default=None,
-              help="local: one model after another on this machine (default); ray: every model a Ray task.")
-@click.option("--ray-address", metavar="ADDR", help="The Ray cluster to use (default: RAY_ADDRESS, else a local one).")
-@click.option("--bench-on", metavar="LABEL", help="Benchmark every model on a node with this label (key=value) "
-              "or custom resource, holding all its CPUs.")
 @click.option("--cpus-per-model", type=click.FloatRange(min=0.01), default=None,
               help="With ray: CPUs each model's lighten holds (default 1).")
-@click.option("--max-retries", type=click.IntRange(min=0), default=None,
-              help="With ray: re-runs of a model whose worker or node died (default 2).")
-@click.option("--shared-dir", metavar="DIR", help="With ray: a folder every node sees at the same path; files "
-              "travel through it instead of the object store.")
+@executor_options
 @click.option("--force", is_flag=True, help="Lighten every model again, replacing the OUTDIRs an earlier run left.")
 @json_option
-def sweep(manifest: str, output_dir: str | None, executor: str | None, ray_address: str | None,
-          bench_on: str | None, cpus_per_model: float | None, max_retries: int | None, shared_dir: str | None,
-          force: bool, as_json: bool) -> None:
+def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, force: bool, as_json: bool,
+          **executor: Any) -> None:
     """Lighten every model listed in MANIFEST.toml.
 
     Each [[models]] entry names a source and any lighten option (data, metric,
@@ -56,9 +50,7 @@ def sweep(manifest: str, output_dir: str | None, executor: str | None, ray_addre
             style = {"lightened": "green", "no winner": "yellow"}.get(info["status"], "red")
             err.print(f"[{style}]{info['status']:>9}[/] {name}: {escape(info['message'][:160])}")
 
-    result = run_sweep(manifest, output_dir, executor=executor, ray_address=ray_address, bench_on=bench_on,
-                       cpus_per_model=cpus_per_model, shared_dir=shared_dir, max_retries=max_retries, force=force,
-                       on_event=event)
+    result = run_sweep(manifest, output_dir, cpus_per_model=cpus_per_model, force=force, on_event=event, **executor)
     if as_json:
         from .common import emit_json
 
