@@ -99,3 +99,61 @@ def test_rate_metric_resolution_and_its_companion():
     assert res is not None and not res.resolvable and res.samples_needed == 99
     assert confidence.resolution(cosine, ref, ctx, 0.03, 24) is None   # continuous: judged by its interval
     assert confidence.companion(metrics, "logits.top1_agreement") == "logits.cosine_mean"
+
+
+def _judge_with_candidate(tmp_path, noise=0.3, n=80):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxlite.evaluation.judge import Judge
+
+    rng = np.random.default_rng(7)
+    weight = rng.normal(size=(6, 10)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["logits"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 6])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", 10])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "cand.onnx"
+    onnx.save(model, path)
+    x = rng.normal(size=(n, 6)).astype(np.float32)
+    # the "reference" is the same matmul plus noise, so the candidate really disagrees on some samples
+    reference = x @ weight + rng.normal(scale=noise, size=(n, 10)).astype(np.float32)
+    judge = Judge({"logits": reference}, {"x": x}, metrics=["top1_agreement", "cosine_mean"], max_drop="10%")
+    return judge, path, x @ weight, reference
+
+
+def test_the_judge_confirms_on_its_confirm_part_and_selects_on_the_other(tmp_path):
+    judge, path, candidate, reference = _judge_with_candidate(tmp_path)
+    judge.confidence = 0.95
+    judge.parts = confidence.split_parts(judge.samples, seed=1)
+    judge.extra_intervals = ("logits.cosine_mean",)
+    result = judge.evaluate(path)
+    confirm, select = list(judge.parts.confirm), list(judge.parts.select)
+    flips = lambda idx: int(np.sum(reference[idx].argmax(1) != candidate[idx].argmax(1)))  # noqa: E731
+    assert result.drops["logits.top1_agreement"] == pytest.approx(flips(confirm) / len(confirm))
+    assert result.select_drops["logits.top1_agreement"] == pytest.approx(flips(select) / len(select))
+    bound = stats.rate_interval(flips(confirm), len(confirm)).upper
+    assert result.intervals["logits.top1_agreement"]["upper"] == pytest.approx(bound)
+    assert set(result.intervals) == {"logits.top1_agreement", "logits.cosine_mean"}
+    assert result.passed == (bound <= 0.10)
+
+
+def test_an_estimate_within_budget_fails_when_its_bound_is_not(tmp_path):
+    judge, path, candidate, reference = _judge_with_candidate(tmp_path, noise=0.15)
+    flips = int(np.sum(reference.argmax(1) != candidate.argmax(1)))
+    assert 0 < flips < 20
+    # a budget above the measured drop but below its exact upper bound
+    budget = (flips / 80 + stats.rate_interval(flips, 80).upper) / 2
+    judge.budgets = {"logits.top1_agreement": budget}
+    plain = judge.evaluate(path)
+    judge.confidence = 0.95
+    bounded = judge.evaluate(path)
+    assert plain.drops == pytest.approx(bounded.drops)
+    assert plain.drops["logits.top1_agreement"] <= budget
+    assert plain.passed and not bounded.passed
+    assert "95% bound" in bounded.failures[0]
+    # a budget the data cannot resolve is held to the estimate instead, as the search announces
+    judge.estimate_only = ("logits.top1_agreement",)
+    assert judge.evaluate(path).passed

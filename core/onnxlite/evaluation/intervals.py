@@ -195,3 +195,67 @@ def intervals_for(metrics: Sequence[ResolvedMetric], reference: Mapping[str, np.
         out[m.key] = metric_interval(m, reference[m.output], candidate[m.output], context_for(m.output),
                                      confidence=confidence, seed=seed, index=index)
     return out
+
+
+# -- the verdict on held-out parts ------------------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    """A candidate judged on the confirm part, with intervals, and its drops on the select part."""
+
+    metrics: dict[str, float]
+    drops: dict[str, float]
+    intervals: dict[str, Interval]
+    select_drops: dict[str, float]
+    passed: bool | None
+    failures: list[str]
+    samples: dict[str, int]
+
+
+def _scores_on(judge: Any, outputs: Mapping[str, np.ndarray], index: np.ndarray) -> tuple[dict, dict]:
+    from .metrics import compute, drop
+
+    scores, drops = {}, {}
+    count = judge.samples
+    for m in judge.metrics:
+        ref = judge.reference_outputs[m.output]
+        ctx = subset_context(judge.context(m.output), index, count)
+        own = compute(m, ref[index], ref[index], ctx)
+        scores[m.key] = compute(m, ref[index], outputs[m.output][index], ctx)
+        drops[m.key] = drop(m, own, scores[m.key])
+    return scores, drops
+
+
+def judge_outputs(judge: Any, outputs: Mapping[str, np.ndarray], *, confidence: float = DEFAULT_CONFIDENCE,
+                  parts: Parts | None = None, estimate_only: Sequence[str] = (), extra: Sequence[str] = (),
+                  seed: int = 0) -> Verdict:
+    """Score ``outputs`` on the confirm part (all samples without ``parts``) and decide pass/fail.
+
+    A budgeted metric passes when the one-sided upper bound of its drop at
+    ``confidence`` is within the budget, except the keys in ``estimate_only``
+    (budgets the data cannot resolve), which are held to their measured drop.
+    Intervals are computed for every budgeted metric and the ``extra`` keys.
+    """
+    import numpy as np
+
+    confirm = np.asarray(parts.confirm if parts else range(judge.samples), dtype=np.int64)
+    scores, drops = _scores_on(judge, outputs, confirm)
+    select_drops: dict[str, float] = {}
+    if parts is not None:
+        _, select_drops = _scores_on(judge, outputs, np.asarray(parts.select, dtype=np.int64))
+    wanted = list(dict.fromkeys([*judge.budgets, *extra]))
+    found = intervals_for(judge.metrics, judge.reference_outputs, outputs, judge.context, confidence=confidence,
+                          seed=seed, index=confirm, keys=wanted)
+    failures = []
+    for key, budget in judge.budgets.items():
+        value, interval = drops[key], found.get(key)
+        if math.isnan(value):
+            failures.append(f"{key}: not finite (NaN/inf outputs)")
+        elif key in estimate_only or interval is None or not math.isfinite(interval.upper):
+            if value > budget + 1e-12:
+                failures.append(f"{key}: drop {value:.4g} > max {budget:.4g}")
+        elif not interval.within(budget):
+            failures.append(f"{key}: drop {value:.4g}, {confidence:.0%} bound {interval.upper:.4g} > max {budget:.4g}")
+    passed = None if not judge.budgets else not failures
+    samples = {"confirm": int(confirm.size)} | ({"select": len(parts.select)} if parts else {})
+    return Verdict(scores, drops, found, select_drops, passed, failures, samples)

@@ -62,11 +62,16 @@ class CandidateResult:
     format: str | None = None
     cpu_fallback: dict[str, str] | None = None
     notes: list[str] = field(default_factory=list)
+    #: the drops' confidence intervals (``Interval.to_dict()`` per metric key), when the judge has a confidence
+    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: drops on the select part of the held-out data (option grids are chosen on these, never on ``drops``)
+    select_drops: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "path": self.path, "size_bytes": self.size_bytes, "format": self.format,
             "metrics": _clean(self.metrics), "drops": _clean(self.drops), "budgets": dict(self.budgets),
+            "intervals": dict(self.intervals), "select_drops": _clean(self.select_drops),
             "passed": self.passed, "failures": list(self.failures), "cpu_fallback": self.cpu_fallback,
             "notes": list(self.notes),
         }
@@ -122,6 +127,14 @@ class Judge:
         self.budgets = parse_budgets(max_drop, self.metrics, self.primary)
         self.reference_scores = {m.key: compute(m, self.reference_outputs[m.output], self.reference_outputs[m.output],
                                                 self.context(m.output)) for m in self.metrics}
+        #: with a confidence, budgets hold at that one-sided confidence (evaluation.intervals.judge_outputs)
+        self.confidence: float | None = None
+        #: select/confirm parts of the samples (evaluation.intervals.Parts), or None: all samples confirm
+        self.parts: Any = None
+        #: budget keys the samples cannot resolve: held to their measured drop, and said so
+        self.estimate_only: tuple[str, ...] = ()
+        #: more metric keys that get an interval (the continuous companion that ranks)
+        self.extra_intervals: tuple[str, ...] = ()
 
     @classmethod
     def from_reference(cls, reference: Any, data: Any = None, candidate: str | os.PathLike[str] | None = None, *,
@@ -239,6 +252,16 @@ class Judge:
         """Scores, drops and the pass/fail verdict against the budgets."""
         from ..modelio import model_size
 
+        if self.confidence is not None:
+            from .intervals import judge_outputs
+
+            verdict = judge_outputs(self, self.run_candidate(path), confidence=self.confidence, parts=self.parts,
+                                    estimate_only=self.estimate_only, extra=self.extra_intervals)
+            return CandidateResult(name=name or Path(path).stem, path=str(path), metrics=verdict.metrics,
+                                   drops=verdict.drops, budgets=dict(self.budgets), passed=verdict.passed,
+                                   failures=verdict.failures, size_bytes=model_size(path),
+                                   intervals={k: v.to_dict() for k, v in verdict.intervals.items()},
+                                   select_drops=verdict.select_drops)
         scores = self.score(path)
         drops = self.drops(scores)
         failures = []
