@@ -55,10 +55,10 @@ def as_model(model: Any) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, os.PathLike)):
-        from .modelio import load_model
+        from .modelio import read_header
 
-        # Shapes and op types are all we need: leave external weights on disk.
-        return load_model(model, load_external_data=False)
+        # Shapes and op types are all we need: leave external weights on disk (and parse once).
+        return read_header(model)
     raise TypeError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
 
 

@@ -99,9 +99,9 @@ def specs_from_onnx(model: Any) -> list[InputSpec]:
     from onnx import helper
 
     if not isinstance(model, onnx.ModelProto):
-        from .modelio import load_model
+        from .modelio import read_header
 
-        model = load_model(model, load_external_data=False)
+        model = read_header(model)
     initializers = {init.name for init in model.graph.initializer}
     vocab = _vocabulary_sizes(model)
     specs = []

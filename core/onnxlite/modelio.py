@@ -50,6 +50,23 @@ def load_model(path: str | os.PathLike[str], load_external_data: bool = True) ->
     return model
 
 
+def read_header(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """The model parsed without its external data, shared within the process while the file is unchanged.
+
+    For readers (graph, inputs, outputs, op types): a command that looks at one
+    file from several places parses it once.  The result is shared, so it must
+    not be modified; a caller that edits a model loads its own with :func:`load_model`.
+    """
+    path = check_exists(path)
+    stat = path.stat()
+    return _read_header(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=4)   # a few files at a time: a header with inline weights can be large
+def _read_header(path: str, mtime_ns: int, size: int) -> onnx.ModelProto:
+    return load_model(path, load_external_data=False)
+
+
 def check_model(path: str | os.PathLike[str]) -> None:
     """Run ``onnx.checker`` on a file (by path, so models over 2 GB work)."""
     import onnx

@@ -140,14 +140,14 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
     """
     settings = settings or SessionSettings()
     _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn)
-    from ..modelio import load_model, model_size, op_counts
+    from ..modelio import model_size, op_counts, read_header
     from ..runtime import resolve_providers
 
     paths = [Path(m) for m in models]
     labels = list(names) if names else _names(paths)
     rows, protos = [], []
     for label, path in zip(labels, paths):
-        proto = load_model(path, load_external_data=False)   # unreadable files fail here, by name
+        proto = read_header(path)   # unreadable files fail here, by name
         protos.append(proto)   # the graph, for the inputs to generate or read below
         rows.append(BenchRow(name=label, path=str(path), size_bytes=model_size(path),
                              op_count=sum(op_counts(proto).values())))

@@ -119,7 +119,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     budget get ``passed=False``.  ``placement``: report nodes that fall back to
     the CPU (default: whenever ``settings`` asks for a non-CPU provider).
     """
-    from ..modelio import load_model, model_size
+    from ..modelio import model_size, read_header
     from ..runtime import SessionSettings, resolve_providers
 
     if isinstance(candidates, (str, os.PathLike)):
@@ -128,7 +128,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     if not candidates:
         raise UsageError("give at least one candidate ONNX model")
     for c in candidates:
-        load_model(c, load_external_data=False)  # unreadable candidates stop us before any work
+        read_header(c)  # unreadable candidates stop us before any work (and the header is parsed once)
     settings = settings or SessionSettings()
     resolve_providers(settings)  # an unavailable provider is an error before the reference runs
     say = progress or (lambda _msg: None)

@@ -283,9 +283,9 @@ class Judge:
 
 def _rename_like(outputs: dict[str, np.ndarray], candidate: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Use the ONNX model's output names when the framework names its outputs otherwise (same count, in order)."""
-    from ..modelio import load_model
+    from ..modelio import read_header
 
-    names = [o.name for o in load_model(candidate, load_external_data=False).graph.output]
+    names = [o.name for o in read_header(candidate).graph.output]
     if len(names) == len(outputs) and not set(names) & set(outputs):
         return dict(zip(names, outputs.values()))
     return outputs
