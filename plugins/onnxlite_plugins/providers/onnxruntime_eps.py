@@ -6,8 +6,16 @@ then asks the live build (``onnxruntime.get_available_providers()``).  A
 provider that fails either is an error with the package to install, never a
 silent run on the CPU.  ``fast_formats`` records which model formats each
 provider accelerates (docs/providers.md): CUDA has no fast int8 QOperator
-kernels (MatMulInteger/ConvInteger run on the CPU), TensorRT and OpenVINO
-want QDQ for int8.
+kernels (MatMulInteger/ConvInteger run on the CPU), TensorRT wants QDQ for
+int8.  OpenVINO's were measured (benchmarks/openvino_formats.py): QDQ int8
+and MatMulNBits weight-only run fast; dynamic int8 (MatMulInteger) is slower
+than fp32 there, QLinear* ops fall back to the CPU, and an fp16 model runs at
+fp32 speed (OpenVINO picks its own inference precision).
+
+No onnxruntime build is a dependency of onnxlite: each is an extra
+(``onnxlite[cpu]``, ``[gpu]``, ``[openvino]``, ``[directml]``), because they all
+ship the same ``onnxruntime`` module and would overwrite each other.  The
+install hints name the extra.
 """
 
 from __future__ import annotations
@@ -73,12 +81,24 @@ class OrtProvider:
         return chosen
 
 
+#: the onnxlite extra that installs each onnxruntime distribution
+EXTRAS = {"onnxruntime": "cpu", "onnxruntime-gpu": "gpu", "onnxruntime-openvino": "openvino",
+          "onnxruntime-directml": "directml"}
+
+
+def install_hint(dist: str) -> str:
+    """``onnxlite[gpu]`` for onnxruntime-gpu: the extra, so that pip leaves other builds alone."""
+    extra = EXTRAS.get(dist)
+    return f"onnxlite[{extra}]" if extra else dist
+
+
 def _spec(name: str, ort_name: str, description: str, packages: tuple[str, ...], fast: tuple[str, ...],
           provider_options: dict[str, Any] | None = None, platforms: tuple[str, ...] = (),
           options: tuple[Option, ...] = ()) -> ProviderSpec:
     holder: list[ProviderSpec] = []
     spec = ProviderSpec(name=name, description=description, factory=lambda: OrtProvider(holder[0]),
-                        requires=("onnxruntime",), install=packages[0], ort_name=ort_name, packages=packages,
+                        requires=("onnxruntime",), install=install_hint(packages[0]), ort_name=ort_name,
+                        packages=packages,
                         provider_options=provider_options or {}, fast_formats=fast, platforms=platforms,
                         options=options)
     holder.append(spec)
@@ -112,8 +132,9 @@ def register_providers() -> list[ProviderSpec]:
                        Option("trt_engine_cache_path", str, None, "folder for cached engines"),
                        Option("trt_max_workspace_size", int, None, "bytes TensorRT may use while building"))),
         _spec("openvino", "OpenVINOExecutionProvider",
-              "Intel CPUs, GPUs and NPUs through OpenVINO; int8 wants QDQ models.",
-              ("onnxruntime-openvino",), ("fp32", "fp16", "qdq"),
+              "Intel CPUs, GPUs and NPUs through OpenVINO; int8 wants QDQ models, int4 weight-only runs fast, "
+              "MatMulInteger is slower than fp32.",
+              ("onnxruntime-openvino",), ("fp32", "qdq", "int4"),
               options=(Option("device_type", str, None, "CPU, GPU, NPU or e.g. HETERO:GPU,CPU"),
                        Option("precision", str, None, "inference precision", choices=("FP32", "FP16", "ACCURACY")),
                        Option("num_of_threads", int, None, "CPU threads"),
