@@ -57,6 +57,23 @@ class Sleeps:
         time.sleep(120)
 
 
+class SlowOnce:
+    """Its first attempt waits (until its Ray worker is gone) for the test to remove the node it runs on."""
+
+    def quantize(self, model, output, options, context):
+        import time
+        mark = Path(os.environ["ONNXLITE_TEST_MARKS"]) / "slow-once"
+        if not mark.exists():
+            parent = os.getppid()
+            mark.write_text("first attempt")
+            deadline = time.monotonic() + 60
+            while os.getppid() == parent and time.monotonic() < deadline:
+                time.sleep(0.1)
+            os._exit(1)
+        from onnxruntime.quantization import quantize_dynamic
+        quantize_dynamic(str(model), str(output))
+
+
 class AlwaysDies:
     def quantize(self, model, output, options, context):
         _kill_the_ray_worker()
@@ -67,7 +84,8 @@ def register_quantizers():
     return [QuantizerSpec(name="dies-once", description="its worker is killed on the first attempt",
                           factory=DiesOnce),
             QuantizerSpec(name="always-dies", description="its worker is killed every time", factory=AlwaysDies),
-            QuantizerSpec(name="sleeps", description="takes two minutes", factory=Sleeps)]
+            QuantizerSpec(name="sleeps", description="takes two minutes", factory=Sleeps),
+            QuantizerSpec(name="slow-once", description="waits on its first attempt", factory=SlowOnce)]
 '''
 
 
@@ -165,6 +183,18 @@ def test_bench_on_runs_the_benchmark_on_the_labelled_node(cluster, tmp_path):
     assert "onnxlite-test=bench" in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_files_can_travel_through_a_shared_folder(cluster, tmp_path):
+    from onnxlite.executors.ray import RayExecutor
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    model = tiny_mlp(tmp_path / "mlp.onnx", seed=5)
+    result = onnxlite.lighten(model, tmp_path / "out", executor=RayExecutor(shared_dir=shared), strategies=["fp16"],
+                              max_drop="5%", runs=3)
+    assert result.winner is not None and result.model_path.is_file()
+    assert list(shared.iterdir()) == []   # the run's folder there is removed at the end
+
+
 def test_bench_on_a_label_no_node_has_is_one_usage_error(cluster, tmp_path):
     model = tiny_mlp(tmp_path / "mlp.onnx")
     with pytest.raises(onnxlite.UsageError, match="no live node of the Ray cluster carries that label"):
@@ -185,6 +215,49 @@ def test_a_killed_worker_is_retried_then_recorded_as_failed(killer_plugins, tmp_
     assert rows["always-dies"].status == "failed"
     assert "failed 2 times" in rows["always-dies"].reason and "WorkerCrashedError" in rows["always-dies"].reason
     assert result.winner is not None   # the search went on
+
+
+def test_a_lost_node_is_retried_on_another(killer_plugins, tmp_path):
+    import threading
+    import time
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = killer_plugins["cluster"]
+    doomed = nodes.add_node(num_cpus=1, object_store_memory=STORE)
+    nodes.wait_for_nodes()
+    release = tmp_path / "release"
+
+    @ray.remote(num_cpus=1)
+    def hold(path: str) -> None:
+        while not os.path.exists(path):
+            time.sleep(0.1)
+
+    # The other two nodes are busy, so the candidate's first attempt can only run on the doomed one.
+    holders = [hold.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(str(release))
+               for node_id in (nodes.head_node.node_id, killer_plugins["bench_node_id"])]
+    mark = killer_plugins["marks"] / "slow-once"
+
+    def lose_the_node() -> None:
+        deadline = time.monotonic() + 120
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        nodes.remove_node(doomed)
+        release.write_text("go")
+
+    killer = threading.Thread(target=lose_the_node, daemon=True)
+    killer.start()
+    try:
+        result = onnxlite.lighten(tiny_mlp(tmp_path / "mlp.onnx", seed=4), tmp_path / "out", executor="ray",
+                                  strategies=["slow-once"], max_drop="5%", runs=3)
+    finally:
+        release.write_text("go")
+        killer.join(timeout=60)
+        ray.get(holders)
+    assert mark.read_text() == "first attempt"
+    row = _candidates(result)["slow-once"]
+    assert row.status == "winner", row.reason
+    assert doomed.node_id[:12] not in result.settings["executor"]["tasks_per_node"]
 
 
 def test_ctrl_c_cancels_the_cluster_tasks_and_leaves_no_outdir(killer_plugins, tmp_path):
@@ -250,7 +323,8 @@ def test_an_interrupted_sweep_resumes_and_keeps_what_finished(cluster, tmp_path)
     kept = (root / first / "model.onnx").stat()
 
     events: list[tuple[str, str]] = []
-    result = onnxlite.sweep(manifest, root, executor="ray",
+    # The rest also benchmark on the labelled node: a task of the model's task.
+    result = onnxlite.sweep(manifest, root, executor="ray", bench_on="onnxlite-test=bench",
                             on_event=lambda kind, info: events.append((kind, info.get("name", ""))))
     assert result.ok, [m.message for m in result.models]
     assert [m.kept for m in result.models if m.name == first] == [True]
@@ -260,5 +334,9 @@ def test_an_interrupted_sweep_resumes_and_keeps_what_finished(cluster, tmp_path)
     for m in result.models:
         assert (root / m.name / "model.onnx").is_file() and (root / m.name / "recipe.toml").is_file()
         assert m.smaller and m.smaller > 2
+    for m in result.models:
+        if not m.kept:
+            bench_node = json.loads((root / m.name / "report.json").read_text())["settings"]["bench_node"]
+            assert bench_node["node_id"] == cluster["bench_node_id"], m.name
     assert "m2" in (root / "summary.html").read_text()
     assert not [p for p in root.iterdir() if p.name.endswith(".incoming")]

@@ -136,7 +136,7 @@ class RayExecutor:
             nodes = [n for n in self._ray.nodes() if n.get("Alive")]
             info["nodes"] = len(nodes)
             info["cluster_cpus"] = sum(n["Resources"].get("CPU", 0) for n in nodes)
-            info["address"] = self.address or "local"
+            info["address"] = self.address or self._ray.get_runtime_context().gcs_address
         if self.bench_on:
             info["bench_on"] = self.bench_on
         return info
