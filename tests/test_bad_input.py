@@ -346,3 +346,76 @@ def test_ctrl_c_swallowed_by_an_import_is_still_aborted(tmp_path):
     assert done.stderr.strip().splitlines()[-1] == "Aborted.", done.stderr
     assert not (tmp_path / "q.onnx").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.onnx", "site"]
+
+
+# ---------------------------------------------------------------- 1. NaN and inf in data
+
+
+def nan_data(folder: Path, value: float = np.nan, sample: int = 3) -> Path:
+    x = np.random.default_rng(1).standard_normal((8, K)).astype(np.float32)
+    x[sample, 5] = value
+    path = folder / "calib.npz"
+    np.savez(path, x=x)
+    return path
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+@pytest.mark.parametrize("strategy", ["smoothquant", "static"])
+def test_non_finite_calibration_data_is_refused_at_load(cli, mlp, tmp_path, strategy, value):
+    data = nan_data(tmp_path, value)
+    out = tmp_path / "q.onnx"
+    code, _out, err = cli("quantize", mlp, "-o", out, "-s", strategy, "--calibration", data)
+    assert code == 2, err
+    line = one_error_line(err, str(data))
+    assert "'x'" in line and "sample 3" in line and ("NaN" in line or "inf" in line)
+    assert not out.exists()
+
+
+def test_non_finite_evaluation_data_is_refused_at_load(cli, mlp, tmp_path):
+    data = nan_data(tmp_path, np.nan, sample=6)
+    for args in (["compare", mlp, mlp, "--data", data], ["compare", mlp, mlp, "--data", data, "--max-drop", "1%"],
+                 ["lighten", mlp, "-o", tmp_path / "out", "--data", data, "--strategies", "dynamic"],
+                 ["bench", mlp, "--data", data, "--runs", "2"]):
+        code, _out, err = cli(*args)
+        assert code == 2, (args, err)
+        line = one_error_line(err, str(data))
+        assert "'x'" in line and "sample 6" in line and "NaN" in line and "FAIL" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_non_finite_values_in_streamed_and_python_data(cli, mlp, tmp_path):
+    folder = tmp_path / "chunks"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(3):
+        x = rng.standard_normal((4, K)).astype(np.float32)
+        if i == 2:
+            x[1, 0] = -np.inf
+        np.savez(folder / f"part{i}.npz", x=x)
+    code, _out, err = cli("quantize", mlp, "-o", tmp_path / "q.onnx", "-s", "static", "--calibration", folder)
+    assert code == 2, err
+    line = one_error_line(err, "part2.npz")
+    assert "'x'" in line and "sample 9" in line and "inf" in line   # counted over the whole folder
+
+    npy = tmp_path / "npy"
+    npy.mkdir()
+    x = rng.standard_normal((5, K)).astype(np.float32)
+    x[4, 2] = np.nan
+    np.save(npy / "x.npy", x)
+    code, _out, err = cli("compare", mlp, mlp, "--data", npy)
+    assert code == 2, err
+    assert "sample 4" in one_error_line(err, "x.npy")
+
+    script = tmp_path / "feeds.py"
+    script.write_text(textwrap.dedent(f"""
+        import numpy as np
+        def feeds():
+            for i in range(3):
+                x = np.ones((2, {K}), np.float32)
+                if i == 1:
+                    x[1, 0] = np.nan
+                yield {{"x": x}}
+    """))
+    code, _out, err = cli("compare", mlp, mlp, "--data", f"{script}:feeds")
+    assert code == 2, err
+    assert "sample 3" in one_error_line(err, "feeds")

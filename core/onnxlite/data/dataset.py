@@ -99,6 +99,9 @@ class Dataset:
         self._length = length
         self.labels = labels
         self.source = source
+        #: the file each streamed chunk comes from, and each in-memory input's file, where known (for messages)
+        self.chunk_names: list[str] | None = None
+        self.array_files: dict[str, str] | None = None
 
     def __repr__(self) -> str:
         kind = "streamed" if self.streamed else "in memory"
@@ -199,8 +202,48 @@ def _check_chunk(chunk: Mapping[str, Any], inputs: Sequence[InputSpec], where: s
         raise UsageError(f"{where}: inputs disagree on the number of samples ({sizes})")
 
 
+#: bytes of one input checked for NaN/inf at a time (memory-mapped .npy inputs are never read whole)
+FINITE_BLOCK_BYTES = 64 * 1024**2
+
+
+def check_finite(chunk: Mapping[str, Any], inputs: Sequence[InputSpec], where: str, offset: int = 0,
+                 files: Mapping[str, str] | None = None) -> None:
+    """Refuse NaN or inf in the floating-point inputs of ``chunk``, naming the file, the input and the sample.
+
+    One non-finite calibration sample makes every scale it touches NaN (static
+    quantization then dies in an assertion, SmoothQuant quietly writes a model
+    that maps every input to one answer), and one in evaluation data makes
+    every metric NaN.  ``offset`` is the index of the chunk's first sample in
+    the whole set; ``files`` names the file each input came from, where that
+    is not ``where`` itself.
+    """
+    import numpy as np
+
+    for spec in inputs:
+        array = chunk.get(spec.name)
+        if array is None or not np.issubdtype(array.dtype, np.floating) or array.ndim == 0:
+            continue
+        rows = int(array.shape[0])
+        row_bytes = max(1, array[:1].nbytes)
+        step = max(1, FINITE_BLOCK_BYTES // row_bytes)
+        for start in range(0, rows, step):
+            block = np.asarray(array[start:start + step])
+            finite = np.isfinite(block)
+            if finite.all():
+                continue
+            bad_rows = np.flatnonzero(~finite.reshape(len(block), -1).all(axis=1))
+            sample = int(bad_rows[0])
+            value = block[sample][~finite[sample]].flat[0]
+            what = "NaN" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+            place = (files or {}).get(spec.name, where)
+            raise UsageError(f"{place}: input {spec.name!r} holds {what} in sample {offset + start + sample} "
+                             "(counting from 0); non-finite calibration or evaluation data makes every scale "
+                             "and metric it touches meaningless: fix or drop that sample")
+
+
 def validate(dataset: Dataset, inputs: Sequence[InputSpec], where: str) -> None:
-    """Check names, dtypes, ranks and fixed dims against the model; one line names the first mismatch.
+    """Check names, dtypes, ranks and fixed dims against the model, and that float inputs hold no
+    NaN or inf; one line names the first mismatch.
 
     A streamed set is read once, chunk by chunk, so a bad sample is found
     before calibration starts rather than in the middle of it.
@@ -209,10 +252,13 @@ def validate(dataset: Dataset, inputs: Sequence[InputSpec], where: str) -> None:
         count = 0
         for index, chunk in enumerate(dataset.chunks()):
             _check_chunk(chunk, inputs, f"{where} (chunk {index + 1})" if index else where)
+            names = dataset.chunk_names
+            check_finite(chunk, inputs, names[index] if names and index < len(names) else where, count)
             count += _rows(chunk)
         dataset._length = count
     elif len(dataset):
         _check_chunk(dataset.arrays, inputs, where)
+        check_finite(dataset.arrays, inputs, where, 0, dataset.array_files)
     if len(dataset) == 0:
         raise UsageError(f"{where}: no samples")
     if dataset.labels is not None and len(dataset.labels) != len(dataset):

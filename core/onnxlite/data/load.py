@@ -92,7 +92,9 @@ def _load_npy_folder(folder: Path, files: list[Path]) -> Dataset:
     labels = arrays.pop(LABELS_KEY, None)
     if not arrays:
         raise UsageError(f"{folder}: only labels.npy, no input arrays")
-    return Dataset(arrays, None if labels is None else labels[:], str(folder))
+    dataset = Dataset(arrays, None if labels is None else labels[:], str(folder))
+    dataset.array_files = {f.stem: str(f) for f in files}
+    return dataset
 
 
 def _load_npz_folder(folder: Path, files: list[Path]) -> Dataset:
@@ -111,7 +113,9 @@ def _load_npz_folder(folder: Path, files: list[Path]) -> Dataset:
     if label_parts and len(label_parts) != len(files):
         raise UsageError(f"{folder}: some .npz files have a {LABELS_KEY!r} entry and some do not")
     labels = np.concatenate(label_parts) if label_parts else None
-    return Dataset(labels=labels, source=str(folder), chunks=chunks)
+    dataset = Dataset(labels=labels, source=str(folder), chunks=chunks)
+    dataset.chunk_names = [str(file) for file in files]   # chunk i is file i: problems name the file
+    return dataset
 
 
 def _load_folder(folder: Path, inputs: Sequence[InputSpec] | None, options: dict[str, Any]) -> Dataset:
