@@ -57,7 +57,7 @@ def test_defaults_apply_and_model_entries_override(tmp_path):
 
 
 def test_lighten_arguments_split_the_session_settings(tmp_path):
-    from onnxlite.sweep.run import lighten_arguments
+    from onnxlite.sweep.one_model import lighten_arguments
 
     plan = read_manifest(write(tmp_path / "m.toml", """
         [[models]]

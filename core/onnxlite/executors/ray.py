@@ -170,10 +170,16 @@ class RayExecutor:
         threads = (task.get("settings") or {}).get("threads")
         model_bytes = os.path.getsize(task["model"]) if os.path.exists(task["model"]) else 0
         memory = 8 * model_bytes + BASE_MEMORY
-        largest = max((n["Resources"].get("memory", 0) for n in self._ray.nodes() if n.get("Alive")), default=0)
-        if largest:
-            memory = min(memory, int(largest))   # a request no node can meet would wait forever
-        return {"num_cpus": self.num_cpus or threads or 1, "memory": int(memory)}
+        cpus = self.num_cpus or threads or 1
+        # A request no node can meet would wait forever: ask for at most what the largest node has.
+        nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
+        most_memory = max((n.get("memory", 0) for n in nodes), default=0)
+        most_cpus = max((n.get("CPU", 0) for n in nodes), default=0)
+        if most_memory:
+            memory = min(memory, int(most_memory))
+        if most_cpus:
+            cpus = min(cpus, most_cpus)
+        return {"num_cpus": cpus, "memory": int(memory)}
 
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
                   on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:

@@ -19,7 +19,7 @@ def run_on_ray(jobs: Sequence[ModelJob], root: Path, force: bool, ray_options: M
                finished: Callable[[ModelOutcome], None], emit: Callable[[str, Mapping[str, Any]], None]
                ) -> dict[str, Any]:
     from ..executors.ray import DEFAULT_MAX_RETRIES, POLL_SECONDS, RayExecutor
-    from .run import path_values, replace_dir, staging_dir
+    from .one_model import path_values, replace_dir, staging_dir
 
     max_retries = ray_options.get("max_retries")
     max_retries = DEFAULT_MAX_RETRIES if max_retries is None else max_retries
@@ -79,7 +79,7 @@ def run_on_ray(jobs: Sequence[ModelJob], root: Path, force: bool, ray_options: M
 
 def _memory_for(source_bytes: int) -> int:
     """A model's lighten holds a few copies of it at once (as a candidate task does), plus the runtime."""
-    from .run import BASE_MEMORY
+    from .one_model import BASE_MEMORY
 
     return int(BASE_MEMORY + 8 * source_bytes)
 
@@ -91,7 +91,7 @@ def _lighten_model(name: str, options: dict[str, Any], files: Mapping[str, str],
 
     from ..executors.ray import _materialize, _node
     from .manifest import ModelJob
-    from .run import _run_here, relocate
+    from .one_model import relocate, run_here
 
     node = _node()
     with tempfile.TemporaryDirectory(prefix=f"onnxlite-sweep-{name}-") as tmp:
@@ -111,7 +111,7 @@ def _lighten_model(name: str, options: dict[str, Any], files: Mapping[str, str],
             # Candidates stay on this node (the local pool); only the benchmark goes to the labelled node.
             extra["executor"] = _Split(RayExecutor(bench_on=bench_on, max_retries=max_retries))
         out = Path(tmp) / "out" / name
-        outcome = _run_here(ModelJob(name, options), out, False, lambda _k, _i: None, **extra)
+        outcome = run_here(ModelJob(name, options), out, False, lambda _k, _i: None, **extra)
         outcome.ran_on, outcome.source = node, source
         return {"outcome": outcome.to_dict(), "outdir": pack(out) if out.is_dir() else None}
 
