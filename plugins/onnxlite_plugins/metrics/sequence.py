@@ -19,8 +19,9 @@ means nothing.  These metrics look where the damage is:
   for values in [0, 1], ``threshold_agreement`` (same side of 0.5: speech or
   not, object or not).
 
-They are off by default (``default=False``): name them with ``--metric``.
-docs/metrics.md describes each one.
+They are off by default (``default=False``): name them with ``--metric``
+(``--metric output0.slice_rel_error_max``); ``--list-plugins`` describes each
+one.  Choosing them per output by default is the host's job (metrics.py).
 """
 
 from __future__ import annotations
