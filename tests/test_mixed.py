@@ -13,7 +13,7 @@ import onnxlite
 from onnxlite import mixed_plan
 from onnxlite.errors import UsageError
 from onnxlite.evaluation.judge import Judge
-from onnxlite_plugins.quantizers.mixed import BYTES_PER_WEIGHT, LIGHTEST_FIRST
+from onnxlite.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST
 
 K = 128
 BUDGET = 0.01    # cosine drop

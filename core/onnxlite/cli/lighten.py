@@ -17,6 +17,8 @@ from .executor_options import executor_from, executor_options
 @click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]DROP",
               help="Accuracy budget on the primary metric (or on METRIC); 0.01 and 1% are the same. Repeatable. "
                    "Default: 1%, or the --recipe's budget.")
+@click.option("--confidence", type=click.FloatRange(min=0.5, max=0.999), default=0.95, show_default=True,
+              help="A candidate passes when the one-sided upper confidence bound of its drop is within the budget.")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric to judge by (the first is primary), e.g. accuracy, pooled_cosine_mean. "
                    "Default: chosen from the output shapes.")
@@ -46,7 +48,7 @@ from .executor_options import executor_from, executor_options
 @executor_options
 @session_options
 @json_option
-def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metrics: tuple[str, ...],
+def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], confidence: float, metrics: tuple[str, ...],
             data: str | None, data_options: tuple[str, ...], calibration: str | None,
             calibration_options: tuple[str, ...], strategies: str | None, recipe: str | None, objective: str | None,
             force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None, batch: int | None,
@@ -74,7 +76,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], metr
             calibration_options=option_pairs(calibration_options, "--calibration-option"),
             settings=settings, strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
-            partial=not no_partial, on_event=progress.event, executor=executor_from(executor))
+            partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
+            confidence=confidence)
     if as_json:
         from .common import emit_json
 
@@ -117,8 +120,16 @@ def _table(result: Any) -> Any:
         table.add_row(escape(row.name), f"[{style}]{row.status}[/]" if style else row.status,
                       human_bytes(row.size_bytes) if row.size_bytes else "-", smaller,
                       f"{p50:.2f}" if p50 else "-", faster, f"{value:.4f}" if value is not None else "-",
-                      f"{drop:.4f}" if drop is not None else "-", escape(why))
+                      _drop_cell(drop, row.intervals.get(primary)), escape(why))
     return table
+
+
+def _drop_cell(drop: float | None, interval: dict | None) -> str:
+    """The measured drop, and its one-sided upper confidence bound when it has one."""
+    if drop is None:
+        return "-"
+    upper = (interval or {}).get("upper")
+    return f"{drop:.4f} ≤{upper:.3g}" if upper is not None and upper != drop else f"{drop:.4f}"
 
 
 class _Progress:
@@ -148,6 +159,8 @@ class _Progress:
             self.bar.update(self.task, description=info["message"])
             if kind == "stage":
                 self.bar.console.print(f"[dim]·[/] {info['message']}")
+        elif kind == "note":
+            self.bar.console.print(f"[yellow]![/] {info['message']}")
         elif kind == "candidates":
             self.bar.update(self.task, description="quantizing and judging candidates", total=info["total"],
                             completed=0)

@@ -25,8 +25,10 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
 
     When no candidate beats the float model's latency (``baseline_p50``) by more than the
     tie margin, speed cannot decide and the smallest one wins.  Candidates that tie on
-    speed and on size (within 1%) are told apart by accuracy: the smallest drop on the
-    ``primary`` metric wins.
+    speed and on size (within 1%) are told apart by accuracy on the ``primary`` metric (the
+    key that ranks: the budget's metric, or its continuous companion when the data cannot
+    resolve the budget): overlapping confidence intervals tie, and then a candidate that
+    needs no calibration data is preferred; otherwise the smaller drop wins.
     """
     eligible = _eligible(rows)
     if not eligible:
@@ -44,11 +46,36 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
         tied = [r for r in eligible if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
         fastest = min(r.p50 for r in tied)
         tied = [r for r in tied if r.p50 <= fastest * (1 + margin)]
-        return min(tied, key=lambda r: (drop(r), r.p50, r.size_bytes or 0))
+        return _on_accuracy(tied, primary, drop, lambda r: (r.p50, r.size_bytes or 0))
     tied = [r for r in eligible if r.p50 <= best.p50 * (1 + margin)]
     smallest = min(r.size_bytes or 0 for r in tied)
     tied = [r for r in tied if (r.size_bytes or 0) <= smallest * (1 + SIZE_TIE)]
-    return min(tied, key=lambda r: (drop(r), r.size_bytes or 0, r.p50))
+    return _on_accuracy(tied, primary, drop, lambda r: (r.size_bytes or 0, r.p50))
+
+
+def _on_accuracy(tied: Sequence[CandidateRow], key: str | None, drop, then) -> CandidateRow:
+    """Among candidates tied on speed and size: those whose drop intervals overlap the best one's are tied on
+    accuracy too, and then the one whose quality does not depend on calibration data wins; then the smaller drop."""
+    from ..stats import Interval, tied as overlapping
+
+    best = min(tied, key=lambda r: (drop(r), *then(r)))
+
+    def interval(row: CandidateRow) -> Interval | None:
+        data = row.intervals.get(key) if key else None
+        return Interval.from_dict(data) if data else None
+
+    same = [r for r in tied if r is best or overlapping(interval(r), interval(best))]
+    return min(same, key=lambda r: (needs_calibration(r.strategy), drop(r), *then(r)))
+
+
+def needs_calibration(strategy: str) -> bool:
+    """Whether a strategy's quality depends on calibration data (an unknown one counts as not)."""
+    from ..registry import get_registry
+
+    try:
+        return bool(get_registry().get("quantizer", strategy).spec.needs_calibration)
+    except Exception:  # noqa: BLE001 - a strategy that vanished is judged on its figures alone
+        return False
 
 
 def _eligible(rows: Sequence[CandidateRow]) -> list[CandidateRow]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..stats import DEFAULT_CONFIDENCE
 from .choose import deciding_objective, pick_winner
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration
 from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
@@ -55,7 +56,8 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             recipe: str | os.PathLike[str] | None = None, objective: str | None = None, force: bool = False,
             batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
             max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
-            executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None) -> LightenResult:
+            executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None,
+            confidence: float = DEFAULT_CONFIDENCE) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
@@ -63,7 +65,9 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     to judge by (default: chosen from the output shapes).  ``data`` is held-out
     evaluation data and ``calibration`` calibration data (any format
     :func:`onnxlite.data.load_data` reads); given only one, it is split
-    (``split`` of it calibrates, the rest judges).  ``recipe`` reproduces a
+    (``split`` of it calibrates, the rest judges).  A candidate passes when its drop
+    stays within the budget at the one-sided ``confidence`` (see
+    :mod:`onnxlite.search.evidence`).  ``recipe`` reproduces a
     ``recipe.toml`` without searching.  Returns a :class:`LightenResult`;
     OUTDIR gets ``model.onnx``, ``recipe.toml`` and ``report.html/json/md``.
     ``executor`` runs the candidates and the benchmark: ``"local"`` (a process pool here), ``"ray"``
@@ -78,6 +82,8 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     settings = settings or SessionSettings()
     if not 0 < split < 1:
         raise UsageError(f"split: expected a fraction between 0 and 1, got {split}")
+    if not 0 < confidence < 1:
+        raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {confidence}")
     source = os.fspath(source)
     out = Path(output_dir) if output_dir is not None else Path(f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
@@ -108,6 +114,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     runner = get_executor(executor, ray_address=ray_address, bench_on=bench_on)
     with scratch_dir(out) as work, contextlib.closing(runner):
         state = _Search(source, work, settings, emit, runner)
+        state.confidence = confidence
         state.load(framework, inputs, model_class)
         state.prepare_data(data, calibration, data_options, calibration_options, split)
         state.run_reference()
@@ -117,7 +124,10 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         else:
             state.build(strategies)
         state.run_candidates(workers)
-        if partial and chosen is None and not any(r.status == "ok" for r in state.rows):
+        if chosen is None:
+            state.select_grids()
+            state.mixed_precision(workers, strategies)
+        if partial and chosen is None:
             state.partial_fallback(max_float_nodes, workers)
         state.benchmark(batch, runs)
         result = state.finish(objective, out, chosen)
@@ -186,6 +196,12 @@ class _Search:
                                            settings=self.settings)
         if not self.judge.budgets:
             raise UsageError("--max-drop: a budget is needed to judge candidates (for example 1%)")
+        from .evidence import configure_judge
+
+        # before any quantizing: the confidence rule, the select/confirm parts, and what the data cannot resolve
+        self.evidence = configure_judge(self.judge, getattr(self, "confidence", DEFAULT_CONFIDENCE))
+        for line in self.evidence["messages"]:
+            self.emit("note", {"message": line})
         self.judge_dir = save_judge(self.judge, self.work / "judge")
         verdict = self.judge.evaluate(self.fp32, "fp32")
         self.baseline = CandidateRow(name="fp32", strategy="none", options={}, status="reference",
@@ -251,44 +267,80 @@ class _Search:
         self.rows.extend(new)
         return new
 
+    # option grids are decided on the select part; the confirm part's figures are reported
+    def select_grids(self) -> None:
+        from .evidence import select_on_grids
+
+        self.evidence["grids"] = select_on_grids(self.rows, self.evidence["rank_metric"])
+
+    # mixed precision: a scheme per node from a per-node sensitivity sweep
+    def mixed_precision(self, workers: int | None, strategies: Sequence[str] | None) -> None:
+        from .evidence import mixed_candidates_wanted, mixed_stage
+
+        wanted, why = mixed_candidates_wanted(self, strategies)
+        if not wanted:
+            self.evidence["mixed"] = {"tried": False, "reason": why}
+            return
+        primary = self.judge.primary
+        self.evidence["mixed"] = mixed_stage(self, workers, primary, self.judge.budgets.get(primary) or 0.0)
+
     # partial quantization
     def partial_fallback(self, max_float_nodes: int | None, workers: int | None) -> None:
-        from .candidates import Candidate, exclude_option, with_keep_float
-        from .partial import exclusion_steps, feeds_for_ranking, rank_nodes
         from ..registry import get_registry
+        from .candidates import Candidate, exclude_option, with_keep_float
+        from .evidence import fallback_base, sweep_ranking
+        from .partial import exclusion_steps, feeds_for_ranking, rank_nodes
 
         registry = get_registry()
         primary = self.judge.primary
-        usable = [r for r in self.rows if r.over_budget and r.path and primary in r.drops
-                  and exclude_option(registry.get("quantizer", r.strategy).spec)]
-        if not usable:
-            self.partial = {"tried": False, "reason": "no quantized candidate can keep nodes in float"}
-            return
-        # The base to repair: the lightest candidate that came reasonably close to the budget
-        # (within 3x of it), else simply the closest one.
         budget = self.judge.budgets.get(primary) or 0.0
-        close = [r for r in usable if r.drops[primary] <= 3 * budget]
-        base_row = (min(close, key=lambda r: (r.size_bytes or 0, r.drops[primary])) if close
-                    else min(usable, key=lambda r: r.drops[primary]))
+        base_row, why = fallback_base(self.rows, primary, budget,
+                                      lambda strategy: exclude_option(registry.get("quantizer", strategy).spec))
+        if base_row is None:
+            self.partial = {"tried": False, "reason": why}
+            return
         spec = registry.get("quantizer", base_row.strategy).spec
-        self.emit("stage", {"message": f"no candidate fits the budget; ranking nodes of {base_row.name} by the error they add"})
-        ranked = rank_nodes(self.fp32, base_row.path, feeds_for_ranking(self.judge.feeds), self.settings.threads)
-        self.partial = {"tried": True, "base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]],
-                        "steps": []}
+        self.emit("stage", {"message": f"{why}; ranking nodes of {base_row.name} by the error they add"})
+        # rank on the select part only: the confirm part judges the repaired model
+        select = self.judge.parts.select if self.judge.parts else None
+        feeds = {k: v[list(select)] for k, v in self.judge.feeds.items()} if select else self.judge.feeds
+        ranked = rank_nodes(self.fp32, base_row.path, feeds_for_ranking(feeds), self.settings.threads)
+        self.partial = {"tried": True, "base": base_row.name, "why": why, "ranking": [asdict(r) for r in ranked[:20]],
+                        "ranked_by": "activations", "steps": []}
         if not ranked:
             self.partial["reason"] = "no node outputs could be matched between the float and quantized models"
             return
         base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
         # Keeping every node in float would just be the float model again: stop at half of them.
         limit = max_float_nodes or max(1, len(ranked) // 2)
-        for k in exclusion_steps(len(ranked), limit):
-            candidate = with_keep_float(base, spec, [r.node for r in ranked[:k]])
-            self.emit("stage", {"message": f"keeping the {k} worst node(s) in float"})
+        order = [r.node for r in ranked]
+        if self._keep_worst(base, spec, order, limit, workers, "activations"):
+            return
+        # Activation matching ranked badly (its worst nodes in float did not reach the budget): measure each
+        # node's own drop directly and try again in that order.
+        rank = self.evidence["rank_metric"]
+        swept = sweep_ranking(self, base, spec, order, workers, rank)
+        self.partial["sweep"] = swept[:20]
+        self.partial["ranked_by"] = f"direct sweep ({rank} on the select part)"
+        self._keep_worst(base, spec, [e["node"] for e in swept], limit, workers, "sweep",
+                         tried={tuple(sorted(order[:k])) for k in exclusion_steps(len(order), limit)})
+
+    def _keep_worst(self, base, spec, order, limit, workers, ranking, tried=frozenset()) -> bool:
+        from .candidates import with_keep_float
+        from .partial import exclusion_steps
+
+        primary = self.judge.primary
+        for k in exclusion_steps(len(order), limit):
+            if tuple(sorted(order[:k])) in tried:
+                continue
+            candidate = with_keep_float(base, spec, order[:k])
+            self.emit("stage", {"message": f"keeping the {k} worst node(s) in float (ranked by {ranking})"})
             row = self.run_candidates(workers, [candidate])[0]
             self.partial["steps"].append({"keep_float": k, "name": row.name, "status": row.status,
-                                          "drop": row.drops.get(primary)})
+                                          "drop": row.drops.get(primary), "ranked_by": ranking})
             if row.status == "ok":
-                break
+                return True
+        return False
 
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:
@@ -315,7 +367,8 @@ class _Search:
     def finish(self, objective: str, out: Path, recipe: Any) -> LightenResult:
         base_p50 = self.baseline.p50
         measured_base = base_p50 if self.baseline.latency_ms else None
-        winner = pick_winner(self.rows, objective, measured_base, self.judge.primary)
+        rank = self.evidence["rank_metric"]
+        winner = pick_winner(self.rows, objective, measured_base, rank)
         # The same rule pick_winner applied, so the explanation matches the choice.
         basis = deciding_objective(self.rows, objective, measured_base)
         if winner is not None and basis != objective:
@@ -338,6 +391,9 @@ class _Search:
                        f"{_speed(base_p50, winner.p50)} fp32, {primary} drop {drop:.4g} "
                        f"(budget {self.judge.budgets.get(primary, float('nan')):.4g})")
             message += "".join(f"; {note}" for note in self.notes)
+            if self.evidence["unresolved"]:
+                message += (f"; judged by measured drop, not at {self.evidence['confidence']:.0%} confidence: the "
+                            f"held-out data cannot resolve the budget (see the report); ranked by {rank}")
         else:
             message = ("nothing qualifies: no candidate stayed within the accuracy budget"
                        + (", even with the worst nodes kept in float" if self.partial and self.partial.get("tried") else "")
@@ -347,11 +403,19 @@ class _Search:
             skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],
             primary_metric=primary, budgets=dict(self.judge.budgets), objective=objective, message=message,
             export=self.exported.to_dict(), data=self.data.description, partial=self.partial,
+            evidence=self._evidence_record(),
             settings={"provider": self.settings.provider, "threads": self.settings.threads,
                       "bench_batch": getattr(self, "bench_batch", None), "held_out_samples": self.judge.samples,
                       "recipe": bool(recipe), "executor": self.executor.describe(),
                       **getattr(self, "measured_on", {})},
         )
+
+    def _evidence_record(self) -> dict[str, Any]:
+        from .evidence import width_notes
+
+        record = dict(self.evidence)
+        record["width_notes"] = width_notes(self.rows, self.judge.budgets, self.judge.estimate_only)
+        return record
 
     # OUTDIR appears whole, or not at all
     def publish(self, result: LightenResult, out: Path, force: bool) -> None:

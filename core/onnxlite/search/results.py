@@ -30,6 +30,10 @@ class CandidateRow:
     load_seconds: float | None = None
     quantize_seconds: float = 0.0
     quantize: dict[str, Any] = field(default_factory=dict)
+    #: confidence intervals of the drops on the confirm part (``Interval.to_dict()`` per metric key)
+    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: drops on the select part, where option grids are decided
+    select_drops: dict[str, float] = field(default_factory=dict)
     path: str | None = None
 
     @property
@@ -59,6 +63,8 @@ class LightenResult:
     settings: dict[str, Any]
     data: str
     partial: dict[str, Any] | None = None
+    #: the confidence rule, the select/confirm parts, unresolvable budgets, grid choices, mixed precision
+    evidence: dict[str, Any] = field(default_factory=dict)
     model_path: Path | None = None
     recipe_path: Path | None = None
     reports: dict[str, Path] = field(default_factory=dict)
@@ -81,6 +87,7 @@ class LightenResult:
             "candidates": [c.to_dict() for c in self.candidates],
             "skipped": self.skipped,
             "partial": self.partial,
+            "evidence": self.evidence,
             "export": self.export,
             "settings": self.settings,
             "data": self.data,
@@ -94,7 +101,8 @@ class LightenResult:
 def _row(result: TaskResult) -> CandidateRow:
     row = CandidateRow(name=result.name, strategy=result.strategy, options=result.options,
                        keep_float=list(result.keep_float), size_bytes=result.size_bytes, metrics=result.metrics,
-                       drops=result.drops, quantize=result.quantize, quantize_seconds=result.seconds, path=result.path)
+                       drops=result.drops, quantize=result.quantize, quantize_seconds=result.seconds, path=result.path,
+                       intervals=dict(result.intervals), select_drops=dict(result.select_drops))
     if result.status == "failed":
         row.status, row.reason = "failed", result.error
     elif result.passed is False:
@@ -141,18 +149,59 @@ def _report(result: LightenResult) -> Any:
                  + f"\n- objective: {result.objective}\n- data: {result.data}")]
     if result.skipped:
         sections.append(("Strategies not tried", "\n".join(f"- **{s['strategy']}**: {s['reason']}" for s in result.skipped)))
+    confidence = _confidence_section(result)
+    if confidence:
+        sections.append(("Confidence", confidence))
     if result.partial and result.partial.get("tried"):
         ranking = "\n".join(f"- `{r['node']}` ({r['op_type']}): adds {r['added_error']:.3g} relative error"
                             for r in result.partial["ranking"][:10])
         steps = "\n".join(f"- {s['keep_float']} node(s) in float: {s['status']} (drop {s['drop']})"
                           for s in result.partial["steps"])
-        sections.append(("Partial quantization", f"Based on {result.partial['base']}. Worst nodes:\n{ranking}\n\nSteps:\n{steps}"))
+        why = f" ({result.partial['why']})" if result.partial.get("why") else ""
+        swept = "".join(f"\n- `{e['node']}`: drop {e['drop']:.3g} quantized alone" for e in (result.partial.get("sweep") or [])[:10])
+        if swept:
+            swept = f"\n\nActivation matching's order did not reach the budget; the direct sweep:{swept}"
+        sections.append(("Partial quantization", f"Based on {result.partial['base']}{why}. Worst nodes:\n{ranking}"
+                                                 f"{swept}\n\nSteps:\n{steps}"))
     line = verification_line(result.export)
     if line:
         sections.append(("Export verification", line))
     return Report(title="onnxlite lighten", kind="lighten", rows=rows, primary_metric=result.primary_metric,
                   settings={"objective": result.objective, **{k: v for k, v in result.settings.items() if v is not None}},
                   sections=sections)
+
+
+def _confidence_section(result: LightenResult) -> str:
+    """The confidence rule as applied: parts, what the data could not resolve, and every candidate's interval."""
+    evidence = result.evidence or {}
+    if not evidence.get("confidence"):
+        return ""
+    parts = evidence.get("parts") or {}
+    lines = [f"A candidate passes when the one-sided {evidence['confidence']:.0%} upper bound of its drop, on the "
+             f"{parts.get('confirm')} confirm samples, is within the budget"
+             + (f"; option grids are chosen on the other {parts['select']} (select) samples" if parts.get("select") else "")
+             + f". Candidates are ranked by `{evidence.get('rank_metric')}`; overlapping intervals tie on accuracy."]
+    lines += [f"- {message}" for message in evidence.get("messages") or []]
+    lines += [f"- {note}" for note in evidence.get("width_notes") or []]
+    lines += [f"- {note}" for note in evidence.get("grids") or []]
+    mixed = evidence.get("mixed") or {}
+    if mixed.get("tried"):
+        lines += [f"- mixed precision: {r['name']} {r['status']} (drop {r['drop']})" for r in mixed.get("rounds", [])]
+    elif mixed.get("reason"):
+        lines.append(f"- mixed precision not tried: {mixed['reason']}")
+    keys = list(dict.fromkeys([*result.budgets, evidence.get("rank_metric")]))
+    table = ["", "| candidate | " + " | ".join(f"`{k}` drop [{evidence['confidence']:.0%} interval], bound" for k in keys if k)
+             + " |", "|---|" + "---|" * len([k for k in keys if k])]
+    for row in [result.baseline] + result.candidates:
+        cells = []
+        for key in keys:
+            if not key:
+                continue
+            data = row.intervals.get(key)
+            cells.append(f"{data['estimate']:.4g} [{data['low']:.4g}, {data['high']:.4g}], {data['upper']:.4g}"
+                         if data and data.get("upper") is not None else "-")
+        table.append(f"| {row.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + table)
 
 
 def verification_line(export: dict[str, Any]) -> str:

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,6 +44,8 @@ class TaskResult:
     drops: dict[str, float] = field(default_factory=dict)
     passed: bool | None = None
     failures: list[str] = field(default_factory=list)
+    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    select_drops: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,7 +70,10 @@ def save_judge(judge: Judge, folder: Path) -> Path:
         arrays["labels"] = np.asarray(judge.labels)
     np.savez(folder / "judge.npz", **arrays)
     config = {"outputs": outputs, "inputs": inputs, "metrics": [m.key for m in judge.metrics],
-              "primary": judge.primary, "budgets": judge.budgets, "batch_size": judge.batch_size}
+              "primary": judge.primary, "budgets": judge.budgets, "batch_size": judge.batch_size,
+              "confidence": judge.confidence, "estimate_only": list(judge.estimate_only),
+              "extra_intervals": list(judge.extra_intervals),
+              "parts": {"select": list(judge.parts.select), "confirm": list(judge.parts.confirm)} if judge.parts else None}
     (folder / "judge.json").write_text(json.dumps(config, indent=2))
     return folder
 
@@ -86,8 +89,16 @@ def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
         reference = {n: npz[f"ref_{i}"] for i, n in enumerate(config["outputs"])}
         feeds = {n: npz[f"in_{i}"] for i, n in enumerate(config["inputs"])}
         labels = npz["labels"] if "labels" in npz.files else None
-    return Judge(reference, feeds, labels, config["metrics"], max_drop=config["budgets"] or None,
-                 primary=config["primary"], settings=SessionSettings(**settings), batch_size=config["batch_size"])
+    judge = Judge(reference, feeds, labels, config["metrics"], max_drop=config["budgets"] or None,
+                  primary=config["primary"], settings=SessionSettings(**settings), batch_size=config["batch_size"])
+    judge.confidence = config.get("confidence")
+    judge.estimate_only = tuple(config.get("estimate_only") or ())
+    judge.extra_intervals = tuple(config.get("extra_intervals") or ())
+    if config.get("parts"):
+        from ..evaluation.intervals import Parts
+
+        judge.parts = Parts(tuple(config["parts"]["select"]), tuple(config["parts"]["confirm"]))
+    return judge
 
 
 # -- one task, in this process ---------------------------------------------------------------------------------
@@ -104,12 +115,10 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
     try:
         output = Path(task["output"])
         output.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{output.name}.", dir=output.parent) as private:
-            # onnxruntime's quantizers write scratch files beside their input (e.g. "<model>-inferred.onnx"),
-            # so tasks running at once on one shared file would trample each other: each gets its own link.
-            model = _private_copy(Path(task["model"]), Path(private))
-            quantized = quantize(model, output, candidate["strategy"], calibration=task.get("calibration"),
-                                 **candidate["options"])
+        # quantize gives the strategy its own copy of the model (onnxruntime writes beside its input), so
+        # tasks running at once on the one float model never trample each other.
+        quantized = quantize(Path(task["model"]), output, candidate["strategy"], calibration=task.get("calibration"),
+                             force=True, **candidate["options"])
         result.path = str(quantized.path)
         result.size_bytes = quantized.size_after
         result.quantize = {k: v for k, v in quantized.to_dict().items() if k not in {"path", "source"}}
@@ -120,26 +129,13 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
         verdict = load_judge(Path(task["judge"]), task.get("settings", {})).evaluate(quantized.path, result.name)
         result.metrics, result.drops = verdict.metrics, verdict.drops
         result.passed, result.failures = verdict.passed, verdict.failures
+        result.intervals, result.select_drops = verdict.intervals, verdict.select_drops
     except OnnxliteError as exc:
         result.status, result.error = "failed", str(exc)
     except Exception as exc:  # a plugin's own bug: recorded, never fatal to the search
         result.status, result.error = "failed", f"{one_line(exc, 400, kind=True)}"
     result.seconds = round(time.perf_counter() - started, 2)
     return result
-
-
-def _private_copy(model: Path, folder: Path) -> Path:
-    """Hard-link (or copy) ``model`` and its external data into ``folder``."""
-    from ..modelio import external_data_files
-
-    for path in [model, *external_data_files(model)]:
-        target = folder / path.relative_to(model.parent)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(path, target)
-        except OSError:
-            shutil.copy2(path, target)
-    return folder / model.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
+from onnxlite.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST, weighted_nodes  # noqa: F401  (re-exported)
 
 #: scheme -> (strategy, its options); the order is the order the steps run in
 SCHEMES: dict[str, tuple[str, dict[str, Any]] | None] = {
@@ -36,25 +37,9 @@ SCHEMES: dict[str, tuple[str, dict[str, Any]] | None] = {
     "int8": ("dynamic", {}),
     "float": None,
 }
-#: bytes per weight each scheme stores (scales included, roughly), for planning sizes
-BYTES_PER_WEIGHT = {"block4": 0.5 + 4 / 32, "block8": 1 + 4 / 128, "int8": 1.0, "float": 4.0}
-#: lightest first: the order a planner tries schemes in
-LIGHTEST_FIRST = ("block4", "block8", "int8", "float")
-
-
 def _escape(name: str) -> str:
     """A node name as a glob pattern that matches only itself."""
     return re.sub(r"([*?\[])", r"[\1]", name)
-
-
-def weighted_nodes(proto: Any) -> dict[str, set[str]]:
-    """Node names each scheme's strategy can take: MatMul with a constant 2-D weight (blocks), MatMul/Gemm (int8)."""
-    inits = {i.name: len(i.dims) for i in proto.graph.initializer}
-    blocks = {n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name and len(n.input) > 1
-              and inits.get(n.input[1]) == 2}
-    int8 = {n.name for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and n.name and len(n.input) > 1
-            and n.input[1] in inits}
-    return {"block4": blocks, "block8": blocks, "int8": int8, "float": blocks | int8}
 
 
 def parse_assignment(items: Sequence[str], default: str, nodes: set[str]) -> dict[str, str]:

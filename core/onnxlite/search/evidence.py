@@ -1,0 +1,318 @@
+"""How ``lighten`` weighs its evidence: confidence, selection, the fallback rule, sensitivity sweeps, mixed precision.
+
+- **Confidence.** The held-out samples are cut into a *select* part and a
+  disjoint *confirm* part.  A candidate passes when the one-sided upper bound
+  of its drop on the confirm part, at ``confidence``, is within the budget.
+  Before any quantizing, a budget on a rate metric (agreement, accuracy) that
+  the confirm part cannot resolve is announced in one line with the samples it
+  would need; that budget is then held to the measured drop and candidates are
+  ranked by a continuous companion (logit cosine) instead.
+- **Selection.** Candidates of one strategy that differ only in options that
+  leave the size alone (smoothquant's alpha, static's calibration method) are
+  an option grid: the one with the smallest drop on the *select* part stays,
+  the others are set aside.  The figures reported are the confirm part's.
+- **Fallback.** Partial quantization repairs the lightest over-budget
+  candidate when nothing passes, and also when it is clearly lighter than the
+  best candidate that passes.  Nodes are ranked by activation matching first;
+  when keeping those in float does not reach the budget, a direct sweep (each
+  node quantized alone, its drop measured) ranks them again.
+- **Mixed precision.** Each weighted node gets its own scheme from a sweep of
+  per-node, per-scheme drops, planned under the budget (:mod:`onnxlite.mixed_plan`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .candidates import Candidate
+    from .results import CandidateRow
+
+#: the held-out samples below which there is no select/confirm split (all of them confirm)
+MIN_SPLIT = 8
+#: "clearly lighter": an over-budget candidate at most this fraction of the best passing one's size is repaired
+CLEARLY_LIGHTER = 0.8
+#: sizes within this fraction are one option grid point (the grid's options left the weights alone)
+GRID_SIZE_TIE = 0.01
+#: the most nodes a direct sensitivity sweep quantizes one by one
+SWEEP_MAX_NODES = 64
+#: the most probe models the mixed-precision sweep runs unless mixed is named in --strategies
+MIXED_MAX_PROBES = 48
+#: rounds of "judge the plan, promote its worst node"
+MIXED_ROUNDS = 3
+
+
+# -- confidence ------------------------------------------------------------------------------------------
+
+def configure_judge(judge: Any, confidence: float, seed: int = 0) -> dict[str, Any]:
+    """Set the judge's confidence, parts, companion and unresolvable budgets; say what cannot be resolved.
+
+    Returns a record with ``messages`` (one line per budget the data cannot resolve),
+    ``rank_metric`` (the key that ranks candidates) and the parts' sizes.
+    """
+    from ..evaluation.intervals import companion, resolution, split_parts
+
+    samples = judge.samples
+    parts = split_parts(samples, seed=seed) if samples >= MIN_SPLIT else None
+    judge.confidence = confidence
+    judge.parts = parts
+    confirm = len(parts.confirm) if parts else samples
+    extra = companion(judge.metrics, judge.primary) or add_companion(judge)
+    judge.extra_intervals = (extra,) if extra else ()
+    by_key = {m.key: m for m in judge.metrics}
+    unresolved, messages = {}, []
+    for key, budget in judge.budgets.items():
+        metric = by_key[key]
+        found = resolution(metric, judge.reference_outputs[metric.output], judge.context(metric.output), budget,
+                           confirm, confidence)
+        if found is None or found.resolvable:
+            continue
+        unresolved[key] = found.to_dict()
+        needed = found.samples_needed
+        total = math.ceil(needed * samples / confirm) if needed else None
+        ranking = extra or key
+        messages.append(
+            f"the held-out data cannot resolve the {key} budget ({budget:.3g}) at {confidence:.0%} confidence: "
+            f"one of the {confirm} confirm samples is worth {found.sample_worth:.3g}"
+            + (f"; it needs >= {needed} confirm samples ({total} held-out samples in all)" if needed else "")
+            + f"; {key} is held to its measured drop and candidates are ranked by {ranking}")
+    judge.estimate_only = tuple(unresolved)
+    rank = judge.primary if judge.primary not in unresolved else (extra or judge.primary)
+    return {"confidence": confidence, "parts": parts.to_dict() if parts else {"confirm": samples},
+            "unresolved": unresolved, "rank_metric": rank, "companion": extra, "messages": messages}
+
+
+def add_companion(judge: Any) -> str | None:
+    """For a rate primary metric (agreement, accuracy), add a continuous one on the same output to rank by."""
+    from ..errors import UsageError
+    from ..evaluation.intervals import COMPANIONS, is_rate_metric
+    from ..evaluation.metrics import compute, resolve_metrics
+
+    main = next(m for m in judge.metrics if m.key == judge.primary)
+    reference = judge.reference_outputs[main.output]
+    context = judge.context(main.output)
+    if not is_rate_metric(main, reference, context):
+        return None
+    for name in COMPANIONS:
+        try:
+            found = resolve_metrics(judge.reference_outputs, judge.feeds, judge.labels, [f"{main.output}.{name}"])[0]
+            if not found.metric.applies(reference, context):
+                continue
+        except (UsageError, Exception):  # noqa: BLE001 - a companion that cannot apply is simply not added
+            continue
+        judge.metrics.append(found)
+        judge.reference_scores[found.key] = compute(found, reference, reference, context)
+        return found.key
+    return None
+
+
+def width_notes(rows: Sequence[CandidateRow], budgets: Mapping[str, float], skip: Sequence[str]) -> list[str]:
+    """For continuous metrics: when the passing candidates' intervals are wider than the budget, say what would resolve it."""
+    from ..stats import Interval, interval_resolution
+
+    notes = []
+    for key, budget in budgets.items():
+        if key in skip:
+            continue
+        worst = None
+        for row in rows:
+            data = row.intervals.get(key)
+            if not data or row.status not in {"ok", "winner"}:
+                continue
+            found = interval_resolution(Interval.from_dict(data), budget)
+            if not found.resolvable and (worst is None or (found.samples_needed or 0) > (worst.samples_needed or 0)):
+                worst = found
+        if worst is not None:
+            notes.append(f"{key}: {worst.reason}")
+    return notes
+
+
+# -- selection -------------------------------------------------------------------------------------------
+
+def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
+    """Within each option grid (same strategy and kept-float nodes, sizes within 1%), keep the select part's best.
+
+    The others that passed are set aside (status ``rejected``) with the reason; the
+    winner's own figures stay the confirm part's.  Returns one note per grid decided.
+    """
+    notes = []
+    groups: dict[tuple, list[CandidateRow]] = {}
+    for row in rows:
+        if row.status in {"ok", "rejected"} and row.size_bytes and rank in row.select_drops \
+                and (row.status == "ok" or row.over_budget):
+            groups.setdefault((row.strategy, tuple(row.keep_float)), []).append(row)
+    for (strategy, _), members in groups.items():
+        members.sort(key=lambda r: r.size_bytes or 0)
+        clusters: list[list[CandidateRow]] = []
+        for row in members:
+            if clusters and (row.size_bytes or 0) <= (clusters[-1][0].size_bytes or 0) * (1 + GRID_SIZE_TIE):
+                clusters[-1].append(row)
+            else:
+                clusters.append([row])
+        for cluster in clusters:
+            if len(cluster) < 2:
+                continue
+
+            def on_select(r: CandidateRow) -> float:
+                value = r.select_drops.get(rank)
+                return value if value is not None and math.isfinite(value) else math.inf
+
+            best = min(cluster, key=on_select)
+            aside = 0
+            for row in cluster:
+                if row is best or row.status != "ok":
+                    continue
+                row.status = "rejected"
+                row.reason = (f"lost {strategy}'s option grid on the select part: {rank} drop "
+                              f"{on_select(row):.4g} vs {on_select(best):.4g} for {best.name}")
+                aside += 1
+            if aside:
+                notes.append(f"{strategy}: {best.name} chosen on the select part over {aside} other setting(s) "
+                             f"of the same size")
+    return notes
+
+
+# -- the fallback rule -----------------------------------------------------------------------------------
+
+def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can_exclude: Any) -> tuple[Any, str]:
+    """The over-budget candidate to repair, and why (``(None, reason)`` when there is none worth it).
+
+    With nothing passing: the lightest candidate within 3x of the budget, else the
+    closest.  With a passing one: only candidates at most ``CLEARLY_LIGHTER`` of its size.
+    """
+    usable = [r for r in rows if r.over_budget and r.path and primary in r.drops
+              and math.isfinite(r.drops[primary]) and can_exclude(r.strategy)]
+    passing = [r for r in rows if r.status in {"ok", "winner"} and r.size_bytes]
+    if passing:
+        lightest = min(r.size_bytes for r in passing)
+        usable = [r for r in usable if (r.size_bytes or 0) <= CLEARLY_LIGHTER * lightest]
+        if not usable:
+            return None, (f"no over-budget candidate is clearly lighter (<= {CLEARLY_LIGHTER:.0%} of the size) "
+                          "than the lightest one within budget")
+    if not usable:
+        return None, "no quantized candidate can keep nodes in float"
+    close = [r for r in usable if r.drops[primary] <= 3 * budget]
+    base = (min(close, key=lambda r: (r.size_bytes or 0, r.drops[primary])) if close
+            else min(usable, key=lambda r: r.drops[primary]))
+    if passing:
+        best = min(passing, key=lambda r: r.size_bytes)
+        why = (f"{base.name} is over budget but {best.size_bytes / base.size_bytes:.2f}x lighter than "
+               f"{best.name}, the lightest within budget")
+    else:
+        why = "no candidate fits the budget"
+    return base, why
+
+
+# -- probes: models that measure, never compete ------------------------------------------------------------
+
+def run_probes(state: Any, candidates: Sequence[Candidate], workers: int | None, what: str) -> list[Any]:
+    """Quantize and judge ``candidates`` like any candidate, without adding them to the rows."""
+    offset = 100000 + len(getattr(state, "_probes", []))
+    tasks = [state._task(c, offset + i) for i, c in enumerate(candidates)]
+    state.emit("stage", {"message": f"{what}: {len(tasks)} probe model(s)"})
+    results = list(state.executor.run_tasks(tasks, state.work / "probes", workers))
+    state._probes = getattr(state, "_probes", []) + results
+    order = {c.name: i for i, c in enumerate(candidates)}
+    return sorted(results, key=lambda r: order.get(r.name, 0))
+
+
+def probe_drop(result: Any, rank: str) -> float:
+    """A probe's drop on the select part (the confirm part when there is no split); failed probes are infinitely bad."""
+    if result.status != "ok":
+        return math.inf
+    value = (result.select_drops or result.drops).get(rank)
+    return value if value is not None and math.isfinite(value) else math.inf
+
+
+def sweep_ranking(state: Any, base: Candidate, spec: Any, nodes: Sequence[str], workers: int | None,
+                  rank: str) -> list[dict[str, Any]]:
+    """Each node quantized alone (every other node of ``nodes`` kept float): the direct per-node sensitivity, worst first."""
+    from .candidates import Candidate, exclude_option, with_keep_float
+
+    option = exclude_option(spec)
+    probes = []
+    for node in nodes[:SWEEP_MAX_NODES]:
+        others = [n for n in nodes if n != node]
+        probe = with_keep_float(base, spec, others)
+        probes.append(Candidate(f"{base.name}[only {node}]", probe.strategy, dict(probe.options), probe.keep_float))
+    results = run_probes(state, probes, workers, f"sensitivity sweep of {base.name} ({option})")
+    ranked = [{"node": node, "drop": probe_drop(r, rank)} for node, r in zip(nodes, results)]
+    ranked.sort(key=lambda e: -e["drop"] if math.isfinite(e["drop"]) else -math.inf)
+    return ranked
+
+
+# -- mixed precision -----------------------------------------------------------------------------------
+
+def mixed_candidates_wanted(state: Any, strategies: Sequence[str] | None) -> tuple[bool, str]:
+    """Whether the mixed-precision stage runs, and why not."""
+    from ..registry import get_registry
+
+    registry = get_registry()
+    named = bool(strategies) and "mixed" in strategies
+    if strategies and not named:
+        return False, "not among --strategies"
+    for name in ("mixed", "weightonly", "dynamic"):
+        if name not in registry.names("quantizer") or not registry.get("quantizer", name).available:
+            return False, f"strategy {name!r} is not available"
+    nodes = mixed_nodes(state.fp32)
+    if not nodes:
+        return False, "no MatMul/Gemm with a constant weight"
+    from ..mixed_plan import LIGHTEST_FIRST
+
+    probes = len(nodes) * (len(LIGHTEST_FIRST) - 1)
+    if probes > MIXED_MAX_PROBES and not named:
+        return False, (f"its sweep needs {probes} probe models ({len(nodes)} nodes x {len(LIGHTEST_FIRST) - 1} "
+                       "schemes); name mixed in --strategies to run it")
+    return True, ""
+
+
+def mixed_nodes(model: Any) -> dict[str, int]:
+    """Weighted nodes the mixed strategy can give a scheme, with their weight counts."""
+    import math as _math
+
+    import onnx
+
+    from ..mixed_plan import weighted_nodes
+
+    proto = onnx.load(str(model), load_external_data=False)
+    names = weighted_nodes(proto)["float"]
+    dims = {i.name: list(i.dims) for i in proto.graph.initializer}
+    return {n.name: int(_math.prod(dims.get(n.input[1], [0]))) for n in proto.graph.node if n.name in names}
+
+
+def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> dict[str, Any]:
+    """Sweep every node x scheme, plan under the budget, then judge the plan (promoting its worst node if need be)."""
+    from .. import mixed_plan
+    from ..mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST
+    from .candidates import Candidate, candidate_name
+
+    nodes = mixed_nodes(state.fp32)
+    schemes = [s for s in LIGHTEST_FIRST if s != "float"]
+    probes = [Candidate(f"mixed[{n}={s}]", "mixed", {"default": "float", "assign": (f"{n}={s}",)})
+              for n in nodes for s in schemes]
+    results = run_probes(state, probes, workers, "mixed precision: per-node sensitivity")
+    sensitivity: dict[str, dict[str, float]] = {n: {} for n in nodes}
+    for candidate, result in zip(probes, results):
+        node, scheme = candidate.options["assign"][0].rsplit("=", 1)
+        sensitivity[node][scheme] = probe_drop(result, rank)
+    chosen = mixed_plan.plan(sensitivity, nodes, budget, LIGHTEST_FIRST, BYTES_PER_WEIGHT)
+    record: dict[str, Any] = {"tried": True, "rank_metric": rank, "sensitivity": sensitivity, "rounds": []}
+    rows = []
+    for round_ in range(MIXED_ROUNDS):
+        if all(s == "float" for s in chosen.values()):
+            break
+        options = mixed_plan.assignment_options(chosen)
+        name = candidate_name("mixed", {"default": options["default"]}) + f"+{len(options['assign'])}"
+        row = state.run_candidates(workers, [Candidate(name, "mixed", options)])[0]
+        rows.append(row)
+        record["rounds"].append({"name": row.name, "status": row.status, "plan": dict(chosen),
+                                 "drop": row.drops.get(rank)})
+        if row.status != "rejected" or not row.over_budget:
+            break
+        promoted = mixed_plan.promote(chosen, sensitivity, LIGHTEST_FIRST)
+        if promoted is None:
+            break
+        chosen = promoted
+    return record
