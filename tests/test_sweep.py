@@ -95,6 +95,46 @@ def test_manifest_mistakes_are_one_line_naming_the_file(tmp_path, body, message)
     assert text.startswith(str(manifest)) and message in text and "\n" not in text
 
 
+@pytest.mark.slow
+def test_a_local_sweep_keeps_finished_models_and_retries_failed_ones(tmp_path):
+    import json
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "mm.onnx"))
+    manifest = write(tmp_path / "zoo.toml", """
+        [defaults]
+        strategies = ["dynamic"]
+        max_drop = "5%"
+        runs = 3
+        [[models]]
+        source = "mm.onnx"
+        [[models]]
+        name = "broken"
+        source = "mm.onnx"
+        data = "missing.npz"
+    """)
+    command = [sys.executable, "-m", "onnxlite", "sweep", str(manifest), "-o", str(tmp_path / "out"), "--json"]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 1, first.stderr   # not every model got a winner
+    models = {m["name"]: m for m in json.loads(first.stdout)["models"]}
+    assert models["mm"]["status"] == "lightened" and not models["mm"]["kept"]
+    assert models["broken"]["status"] == "failed" and "missing.npz" in models["broken"]["message"]
+    assert (tmp_path / "out" / "mm" / "model.onnx").is_file() and not (tmp_path / "out" / "broken").exists()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    models = {m["name"]: m for m in json.loads(again.stdout)["models"]}
+    assert models["mm"]["kept"] and models["broken"]["status"] == "failed"
+    assert "kept" in again.stderr and "mm" in (tmp_path / "out" / "summary.md").read_text()
+
+
 def test_missing_manifest_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="no such manifest"):
         read_manifest(tmp_path / "absent.toml")
