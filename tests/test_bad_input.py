@@ -419,3 +419,77 @@ def test_non_finite_values_in_streamed_and_python_data(cli, mlp, tmp_path):
     code, _out, err = cli("compare", mlp, mlp, "--data", f"{script}:feeds")
     assert code == 2, err
     assert "sample 3" in one_error_line(err, "feeds")
+
+
+# ---------------------------------------------------------------- 2. nothing beside the user's input
+
+
+@pytest.mark.parametrize("strategy", ["dynamic", "static", "smoothquant"])
+def test_quantize_never_writes_beside_its_input(tmp_path, strategy):
+    source = tmp_path / "models"
+    make_mlp(source / "mlp.onnx")
+    make_mlp(source / "ext.onnx", external=True)
+    data = nan_data(tmp_path, 0.5)
+    before = tree(source)
+    for name in ("mlp.onnx", "ext.onnx"):
+        out = tmp_path / f"{strategy}-{name}"
+        extra = ["--calibration", str(data)] if strategy != "dynamic" else []
+        done = run_read_only(source, "quantize", str(source / name), "-o", str(out), "-s", strategy, *extra)
+        assert done.returncode == 0, done.stderr
+        assert out.exists()
+    assert tree(source) == before
+
+
+def test_missing_external_data_leaves_nothing_beside_the_input(cli, tmp_path):
+    model = make_mlp(tmp_path / "in" / "ext.onnx", external=True)
+    (tmp_path / "in" / "ext.onnx.data").unlink()
+    before = tree(tmp_path)
+    code, _out, err = cli("quantize", model, "-o", tmp_path / "out" / "q.onnx")
+    assert code == 2, err
+    one_error_line(err, "ext.onnx.data")
+    assert tree(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- 3 (cont.). existing outputs
+
+
+def test_quantize_refuses_an_existing_output_without_force(cli, mlp, tmp_path):
+    default = mlp.with_name("mlp.dynamic.onnx")
+    for target, flags in ((default, []), (tmp_path / "q.onnx", ["-o", tmp_path / "q.onnx"])):
+        target.write_bytes(b"the user's own file")
+        code, _out, err = cli("quantize", mlp, *flags)
+        assert code == 2, err
+        one_error_line(err, str(target))
+        assert "--force" in err and target.read_bytes() == b"the user's own file"
+        code, _out, err = cli("quantize", mlp, *flags, "--force")
+        assert code == 0, err
+        onnx.checker.check_model(str(target))
+
+
+# ---------------------------------------------------------------- 5. the input model, checked alike everywhere
+
+
+def test_unknown_operator_is_the_same_usage_error_in_every_command(cli, tmp_path):
+    model = make_mlp(tmp_path / "odd.onnx", op="NoSuchOp")
+    lines = {}
+    for args in (["quantize", model, "-o", tmp_path / "q.onnx"], ["export", model, "-o", tmp_path / "e.onnx"],
+                 ["bench", model, "--runs", "2"], ["compare", model, model],
+                 ["lighten", model, "-o", tmp_path / "out"]):
+        code, _out, err = cli(*args)
+        assert code == 2, (args, err)
+        lines[args[0]] = one_error_line(err, "No Op registered for NoSuchOp")
+        assert "already quantized" not in lines[args[0]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.onnx"]
+
+
+def test_missing_external_data_is_a_usage_error_in_every_command(cli, tmp_path):
+    model = make_mlp(tmp_path / "ext.onnx", external=True)
+    (tmp_path / "ext.onnx.data").unlink()
+    for args in (["quantize", model, "-o", tmp_path / "q.onnx"], ["export", model, "-o", tmp_path / "e.onnx"],
+                 ["bench", model, "--runs", "2"], ["compare", model, model],
+                 ["lighten", model, "-o", tmp_path / "out"]):
+        code, _out, err = cli(*args)
+        assert code == 2, (args, err)
+        line = one_error_line(err, "ext.onnx.data")
+        assert "ValidationError" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ext.onnx"]

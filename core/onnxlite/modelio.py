@@ -37,17 +37,48 @@ def check_exists(path: str | os.PathLike[str], what: str = "model") -> Path:
 
 
 def load_model(path: str | os.PathLike[str], load_external_data: bool = True) -> onnx.ModelProto:
-    """Load and check an ONNX model; unreadable files are a one-line :class:`UsageError`."""
+    """Load and check an ONNX model; unreadable files are a one-line :class:`UsageError`.
+
+    A missing external-data file is named as such, even when the weights are
+    not read (``load_external_data=False``, how every command first looks at
+    its inputs), so each command refuses such a model the same way, before any work.
+    """
     import onnx
+    from onnx.external_data_helper import load_external_data_for_model
 
     path = check_exists(path)
     try:
-        model = onnx.load(str(path), load_external_data=load_external_data)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         raise UsageError(f"{path}: not a readable ONNX model ({one_line(exc, 200, kind=True)})") from None
+    missing = missing_external_data(model, path)
+    if missing:
+        tensor, file = missing[0]
+        more = f" (and {len(missing) - 1} more tensors)" if len(missing) > 1 else ""
+        raise UsageError(f"{path}: its external data file {file} is missing (tensor {tensor!r}{more} is stored "
+                         "there); keep the model's data file beside it")
+    if load_external_data and uses_external_data(model):
+        try:
+            load_external_data_for_model(model, str(path.parent))
+        except Exception as exc:
+            raise UsageError(f"{path}: not a readable ONNX model ({one_line(exc, 200, kind=True)})") from None
     if not model.graph.node and not model.graph.output:
         raise UsageError(f"{path}: not a readable ONNX model (empty graph)")
     return model
+
+
+def missing_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """``(tensor name, file)`` for each tensor of ``model`` (read from ``path``) whose external data file is absent."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data as external
+
+    folder = Path(path).parent
+    missing = []
+    for tensor in _get_all_tensors(model):
+        if external(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            if not (folder / location).is_file():
+                missing.append((tensor.name, folder / location))
+    return missing
 
 
 def read_header(path: str | os.PathLike[str]) -> onnx.ModelProto:
@@ -68,14 +99,41 @@ def _read_header(path: str, mtime_ns: int, size: int) -> onnx.ModelProto:
 
 
 def check_model(path: str | os.PathLike[str]) -> None:
-    """Run ``onnx.checker`` on a file (by path, so models over 2 GB work)."""
+    """Refuse a model no command could use, before any work (one line, exit 2).
+
+    Missing external data is named by :func:`load_model`; then ``onnx.checker``
+    runs (by path, so models over 2 GB work), which catches unknown operators
+    ("No Op registered for ..."), bad node specs and broken graphs.
+    """
     import onnx
 
     path = check_exists(path)
+    load_model(path, load_external_data=False)
     try:
         onnx.checker.check_model(str(path))
     except Exception as exc:
         raise UsageError(f"{path}: invalid ONNX model ({one_line(exc, 300)})") from None
+
+
+def private_copy(model: str | os.PathLike[str], folder: str | os.PathLike[str]) -> Path:
+    """Copy ``model`` and its external data into ``folder``; returns the copy's path.
+
+    For tools that write beside the model they are given: onnxruntime's
+    quantizers write ``<model>-inferred.onnx`` next to their input, which must
+    never land beside the user's model (nor fail in a read-only folder, nor
+    stay behind after a Ctrl-C).  Copies, not links: onnx refuses external data
+    that has more than one hard link or sits behind a symlink, and a tool that
+    rewrote its input in place would rewrite the user's file through a link.
+    """
+    import shutil
+
+    model, folder = Path(model), Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in [model, *external_data_files(model)]:
+        target = folder / path.relative_to(model.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return folder / model.name
 
 
 def uses_external_data(model: onnx.ModelProto) -> bool:

@@ -82,9 +82,10 @@ class StrategyCommand(click.Command):
 @click.option("--calibration-option", "calibration_options", multiple=True, metavar="KEY=VALUE",
               help="An option for the calibration data loader (repeatable).")
 @click.option("--no-check", is_flag=True, help="Skip the smoke run of input vs output on a padded batch.")
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
 @json_option
 def quantize(model: str, output: str | None, strategy: str, options: tuple[str, ...], calibration: str | None,
-             calibration_options: tuple[str, ...], no_check: bool, as_json: bool) -> None:
+             calibration_options: tuple[str, ...], no_check: bool, force: bool, as_json: bool) -> None:
     """Quantize MODEL.onnx with one strategy and write a lighter ONNX model.
 
     The input is never modified; the output is written atomically and records
@@ -101,7 +102,7 @@ def quantize(model: str, output: str | None, strategy: str, options: tuple[str, 
 
     with err.status(f"Quantizing {model} with {strategy}...", spinner="dots"):
         result = run_quantize(model, output, strategy, list(options), calibration, calib,
-                              check=not no_check, on_warning=warn)
+                              check=not no_check, on_warning=warn, force=force)
     if as_json:
         emit_json(result.to_dict())
         return

@@ -154,7 +154,7 @@ def _load_calibration(spec: QuantizerSpec, model: Path, proto: onnx.ModelProto, 
 def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
              strategy: str = "dynamic", calibration: Any = None,
              calibration_options: Mapping[str, Any] | None = None, *,
-             check: bool = True, on_warning: Callable[[str], None] | None = None,
+             check: bool = True, on_warning: Callable[[str], None] | None = None, force: bool = False,
              **options: Any) -> QuantizeResult:
     """Quantize ``model`` with ``strategy`` and write ``output`` (default ``<stem>.<strategy>.onnx``).
 
@@ -165,9 +165,10 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
     for strategies that need one.  ``check`` runs the input and the output on a
     padded batch of two and refuses outputs that do not run or give non-finite
     or differently shaped results; the cosine it saw goes in ``details["check"]``.
+    An existing ``output`` is replaced only with ``force=True``.
     """
     return run_quantize(model, output, strategy, options, calibration, calibration_options,
-                        check=check, on_warning=on_warning)
+                        check=check, on_warning=on_warning, force=force)
 
 
 def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, values: Mapping[str, Any],
@@ -192,10 +193,12 @@ def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, 
 def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None, strategy_name: str,
                  options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
                  calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
-                 on_warning: Callable[[str], None] | None = None, option_flag: str = "--option") -> QuantizeResult:
+                 on_warning: Callable[[str], None] | None = None, option_flag: str = "--option",
+                 force: bool = False) -> QuantizeResult:
     """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
-    from ..atomic import scratch_dir
-    from ..modelio import check_exists, external_data_files, load_model, model_size, publish_model, quantized_ops
+    from ..atomic import check_writable, scratch_dir
+    from ..modelio import (check_exists, check_model, external_data_files, load_model, model_size, private_copy,
+                           publish_model, quantized_ops)
     from ..protocols import QuantizeContext, QuantizeOutcome
     from ..specs import parse_spec_options
 
@@ -208,7 +211,11 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         raise UsageError(f"{target}: the output would overwrite the input model; choose another -o")
     if target.is_dir():
         raise UsageError(f"{target}: is a folder, expected an .onnx file path for -o")
+    if target.exists() and not force:
+        raise UsageError(f"{target}: already exists; choose another -o or pass --force to replace it")
+    check_writable(target)
     proto = _check_input(source)
+    check_model(source)   # what export and lighten check, before any work (unknown operators, broken graphs)
     warnings: list[str] = []
 
     def warn(message: str) -> None:
@@ -223,10 +230,13 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
 
     with scratch_dir(target) as work:
         produced = work / target.name
+        # onnxruntime's quantizers write "<model>-inferred.onnx" beside the model they are given: the strategy
+        # gets a private copy in the scratch folder, so nothing ever lands beside the user's input.
+        given = private_copy(source, work / "input")
         context = QuantizeContext(calibration=feeds, workdir=work, warn=warn)
         started = time.perf_counter()
         try:
-            outcome = quantizer.quantize(source, produced, values, context)
+            outcome = quantizer.quantize(given, produced, values, context)
         except OnnxliteError:
             raise
         except Exception as exc:
