@@ -493,3 +493,15 @@ def test_missing_external_data_is_a_usage_error_in_every_command(cli, tmp_path):
         line = one_error_line(err, "ext.onnx.data")
         assert "ValidationError" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ext.onnx"]
+
+
+# ---------------------------------------------------------------- 6 (cont.). --input naming an input the model lacks
+
+
+def test_input_naming_a_missing_input_names_the_flag_and_the_name(cli, mlp, tmp_path):
+    for args in (["export", mlp, "-o", tmp_path / "e.onnx", "--input", f"z:float32[batch,{K}]"],
+                 ["lighten", mlp, "-o", tmp_path / "out", "--input", f"z:float32[batch,{K}]"]):
+        code, _out, err = cli(*args)
+        assert code == 2, err
+        line = one_error_line(err, "--input")
+        assert "'z'" in line and "'x'" in line

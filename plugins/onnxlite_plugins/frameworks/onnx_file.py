@@ -57,7 +57,22 @@ class OnnxExporter:
 
         path = Path(source)
         check_model(path)   # a missing file or a folder is a one-line error from here too
+        _check_input_names(path, options.get("inputs") or ())
         return OnnxSource(path, options.get("settings"))
+
+
+def _check_input_names(path: Path, given) -> None:
+    """An ONNX model's inputs have fixed names: ``--input`` must use them (onnxruntime feeds by name)."""
+    from onnxlite.errors import UsageError
+    from onnxlite.inputs import specs_from_onnx
+
+    if not given:
+        return
+    names = [spec.name for spec in specs_from_onnx(path)]
+    for spec in given:
+        if spec.name not in names:
+            raise UsageError(f"--input {spec}: {path} has no input {spec.name!r} (its inputs: "
+                             f"{', '.join(repr(n) for n in names)}); name them as the model does")
 
 
 @hookimpl
