@@ -160,6 +160,9 @@ def _check_output(output: Path, source: str) -> None:
     src = Path(source)
     if src.exists() and output.exists() and os.path.samefile(src, output):
         raise UsageError(f"-o {output}: is the source itself; choose another output path (inputs are never modified)")
+    from ..atomic import check_writable
+
+    check_writable(output)   # a read-only folder or a path through a file, before loading anything
 
 
 def _coerce_inputs(inputs: Sequence[InputSpec | str] | None) -> list[InputSpec] | None:
