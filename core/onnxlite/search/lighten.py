@@ -20,7 +20,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -284,63 +283,11 @@ class _Search:
         primary = self.judge.primary
         self.evidence["mixed"] = mixed_stage(self, workers, primary, self.judge.budgets.get(primary) or 0.0)
 
-    # partial quantization
+    # partial quantization (search.partial.fallback)
     def partial_fallback(self, max_float_nodes: int | None, workers: int | None) -> None:
-        from ..registry import get_registry
-        from .candidates import Candidate, exclude_option, with_keep_float
-        from .evidence import fallback_base, sweep_ranking
-        from .partial import exclusion_steps, feeds_for_ranking, rank_nodes
+        from .partial import fallback
 
-        registry = get_registry()
-        primary = self.judge.primary
-        budget = self.judge.budgets.get(primary) or 0.0
-        base_row, why = fallback_base(self.rows, primary, budget,
-                                      lambda strategy: exclude_option(registry.get("quantizer", strategy).spec))
-        if base_row is None:
-            self.partial = {"tried": False, "reason": why}
-            return
-        spec = registry.get("quantizer", base_row.strategy).spec
-        self.emit("stage", {"message": f"{why}; ranking nodes of {base_row.name} by the error they add"})
-        # rank on the select part only: the confirm part judges the repaired model
-        select = self.judge.parts.select if self.judge.parts else None
-        feeds = {k: v[list(select)] for k, v in self.judge.feeds.items()} if select else self.judge.feeds
-        ranked = rank_nodes(self.fp32, base_row.path, feeds_for_ranking(feeds), self.settings.threads)
-        self.partial = {"tried": True, "base": base_row.name, "why": why, "ranking": [asdict(r) for r in ranked[:20]],
-                        "ranked_by": "activations", "steps": []}
-        if not ranked:
-            self.partial["reason"] = "no node outputs could be matched between the float and quantized models"
-            return
-        base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
-        # Keeping every node in float would just be the float model again: stop at half of them.
-        limit = max_float_nodes or max(1, len(ranked) // 2)
-        order = [r.node for r in ranked]
-        if self._keep_worst(base, spec, order, limit, workers, "activations"):
-            return
-        # Activation matching ranked badly (its worst nodes in float did not reach the budget): measure each
-        # node's own drop directly and try again in that order.
-        rank = self.evidence["rank_metric"]
-        swept = sweep_ranking(self, base, spec, order, workers, rank)
-        self.partial["sweep"] = swept[:20]
-        self.partial["ranked_by"] = f"direct sweep ({rank} on the select part)"
-        self._keep_worst(base, spec, [e["node"] for e in swept], limit, workers, "sweep",
-                         tried={tuple(sorted(order[:k])) for k in exclusion_steps(len(order), limit)})
-
-    def _keep_worst(self, base, spec, order, limit, workers, ranking, tried=frozenset()) -> bool:
-        from .candidates import with_keep_float
-        from .partial import exclusion_steps
-
-        primary = self.judge.primary
-        for k in exclusion_steps(len(order), limit):
-            if tuple(sorted(order[:k])) in tried:
-                continue
-            candidate = with_keep_float(base, spec, order[:k])
-            self.emit("stage", {"message": f"keeping the {k} worst node(s) in float (ranked by {ranking})"})
-            row = self.run_candidates(workers, [candidate])[0]
-            self.partial["steps"].append({"keep_float": k, "name": row.name, "status": row.status,
-                                          "drop": row.drops.get(primary), "ranked_by": ranking})
-            if row.status == "ok":
-                return True
-        return False
+        fallback(self, max_float_nodes, workers)
 
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:

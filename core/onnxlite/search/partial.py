@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -123,3 +123,63 @@ def feeds_for_ranking(feeds: Mapping[str, np.ndarray], batch: int = 16, max_batc
 
     return list(Dataset(dict(feeds)).take(batch * max_batches).batches(batch))
 
+
+# -- the fallback itself --------------------------------------------------------------------------------
+
+def fallback(state: Any, max_float_nodes: int | None, workers: int | None) -> None:
+    """Repair an over-budget candidate by keeping its worst nodes in float (the rule: search.evidence.fallback_base)."""
+    from ..registry import get_registry
+    from .candidates import Candidate, exclude_option
+    from .evidence import fallback_base, sweep_ranking
+
+    registry = get_registry()
+    primary = state.judge.primary
+    budget = state.judge.budgets.get(primary) or 0.0
+    base_row, why = fallback_base(state.rows, primary, budget,
+                                  lambda strategy: exclude_option(registry.get("quantizer", strategy).spec))
+    if base_row is None:
+        state.partial = {"tried": False, "reason": why}
+        return
+    spec = registry.get("quantizer", base_row.strategy).spec
+    state.emit("stage", {"message": f"{why}; ranking nodes of {base_row.name} by the error they add"})
+    # rank on the select part only: the confirm part judges the repaired model
+    select = state.judge.parts.select if state.judge.parts else None
+    feeds = {k: v[list(select)] for k, v in state.judge.feeds.items()} if select else state.judge.feeds
+    ranked = rank_nodes(state.fp32, base_row.path, feeds_for_ranking(feeds), state.settings.threads)
+    state.partial = {"tried": True, "base": base_row.name, "why": why, "ranking": [asdict(r) for r in ranked[:20]],
+                     "ranked_by": "activations", "steps": []}
+    if not ranked:
+        state.partial["reason"] = "no node outputs could be matched between the float and quantized models"
+        return
+    base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
+    # Keeping every node in float would just be the float model again: stop at half of them.
+    limit = max_float_nodes or max(1, len(ranked) // 2)
+    order = [r.node for r in ranked]
+    if _keep_worst(state, base, spec, order, limit, workers, "activations"):
+        return
+    # Activation matching ranked badly (its worst nodes in float did not reach the budget): measure each
+    # node's own drop directly and try again in that order.
+    rank = state.evidence["rank_metric"]
+    swept = sweep_ranking(state, base, spec, order, workers, rank)
+    state.partial["sweep"] = swept[:20]
+    state.partial["ranked_by"] = f"direct sweep ({rank} on the select part)"
+    _keep_worst(state, base, spec, [e["node"] for e in swept], limit, workers, "sweep",
+                tried={tuple(sorted(order[:k])) for k in exclusion_steps(len(order), limit)})
+
+
+def _keep_worst(state: Any, base, spec, order, limit, workers, ranking, tried=frozenset()) -> bool:
+    """Keep the first 1, 2, 4... nodes of ``order`` in float until a candidate passes (skipping sets already tried)."""
+    from .candidates import with_keep_float
+
+    primary = state.judge.primary
+    for k in exclusion_steps(len(order), limit):
+        if tuple(sorted(order[:k])) in tried:
+            continue
+        candidate = with_keep_float(base, spec, order[:k])
+        state.emit("stage", {"message": f"keeping the {k} worst node(s) in float (ranked by {ranking})"})
+        row = state.run_candidates(workers, [candidate])[0]
+        state.partial["steps"].append({"keep_float": k, "name": row.name, "status": row.status,
+                                       "drop": row.drops.get(primary), "ranked_by": ranking})
+        if row.status == "ok":
+            return True
+    return False
