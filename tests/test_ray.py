@@ -173,7 +173,7 @@ def test_ray_lighten_matches_the_local_pool(cluster, tmp_path):
 def test_bench_on_runs_the_benchmark_on_the_labelled_node(cluster, tmp_path):
     model = tiny_mlp(tmp_path / "mlp.onnx", seed=1)
     result = onnxlite.lighten(model, tmp_path / "out", executor="ray", bench_on="onnxlite-test=bench",
-                              strategies=["dynamic"], max_drop="5%", runs=5)
+                              strategies=["dynamic"], metric="y.cosine_min", max_drop="5%", runs=5)
     measured = result.settings["bench_node"]
     assert measured["node_id"] == cluster["bench_node_id"]
     assert measured["labels"]["onnxlite-test"] == "bench"
@@ -190,7 +190,7 @@ def test_files_can_travel_through_a_shared_folder(cluster, tmp_path):
     shared.mkdir()
     model = tiny_mlp(tmp_path / "mlp.onnx", seed=5)
     result = onnxlite.lighten(model, tmp_path / "out", executor=RayExecutor(shared_dir=shared), strategies=["fp16"],
-                              max_drop="5%", runs=3)
+                              metric="y.cosine_min", max_drop="5%", runs=3)
     assert result.winner is not None and result.model_path.is_file()
     assert list(shared.iterdir()) == []   # the run's folder there is removed at the end
 
@@ -199,7 +199,7 @@ def test_bench_on_a_label_no_node_has_is_one_usage_error(cluster, tmp_path):
     model = tiny_mlp(tmp_path / "mlp.onnx")
     with pytest.raises(onnxlite.UsageError, match="no live node of the Ray cluster carries that label"):
         onnxlite.lighten(model, tmp_path / "out", executor="ray", bench_on="arch=riscv", strategies=["dynamic"],
-                         max_drop="5%", runs=3)
+                         metric="y.cosine_min", max_drop="5%", runs=3)
     assert not (tmp_path / "out").exists()
 
 
@@ -208,7 +208,8 @@ def test_a_killed_worker_is_retried_then_recorded_as_failed(killer_plugins, tmp_
 
     model = tiny_mlp(tmp_path / "mlp.onnx", seed=2)
     result = onnxlite.lighten(model, tmp_path / "out", executor=RayExecutor(max_retries=1),
-                              strategies=["dies-once", "always-dies", "dynamic"], max_drop="5%", runs=3)
+                              strategies=["dies-once", "always-dies", "dynamic"], metric="y.cosine_min",
+                              max_drop="5%", runs=3)
     rows = _candidates(result)
     assert (killer_plugins["marks"] / "dies-once").read_text() == "first attempt"
     assert rows["dies-once"].status in {"ok", "winner"}, rows["dies-once"].reason   # the retry succeeded
@@ -234,8 +235,8 @@ def test_a_lost_node_is_retried_on_another(killer_plugins, tmp_path):
             time.sleep(0.1)
 
     # The other two nodes are busy, so the candidate's first attempt can only run on the doomed one.
-    holders = [hold.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(str(release))
-               for node_id in (nodes.head_node.node_id, killer_plugins["bench_node_id"])]
+    holders = [hold.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+               .remote(str(release)) for node_id in (nodes.head_node.node_id, killer_plugins["bench_node_id"])]
     mark = killer_plugins["marks"] / "slow-once"
 
     def lose_the_node() -> None:
@@ -249,7 +250,7 @@ def test_a_lost_node_is_retried_on_another(killer_plugins, tmp_path):
     killer.start()
     try:
         result = onnxlite.lighten(tiny_mlp(tmp_path / "mlp.onnx", seed=4), tmp_path / "out", executor="ray",
-                                  strategies=["slow-once"], max_drop="5%", runs=3)
+                                  strategies=["slow-once"], metric="y.cosine_min", max_drop="5%", runs=3)
     finally:
         release.write_text("go")
         killer.join(timeout=60)
@@ -275,8 +276,8 @@ def test_ctrl_c_cancels_the_cluster_tasks_and_leaves_no_outdir(killer_plugins, t
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        onnxlite.lighten(model, tmp_path / "out", executor="ray", strategies=["sleeps", "fp16"], max_drop="5%",
-                         runs=3, on_event=interrupt_when_sleeping)
+        onnxlite.lighten(model, tmp_path / "out", executor="ray", strategies=["sleeps", "fp16"],
+                         metric="y.cosine_min", max_drop="5%", runs=3, on_event=interrupt_when_sleeping)
     assert mark.read_text() == "started"
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
@@ -296,6 +297,7 @@ def _zoo(folder: Path, count: int) -> Path:
     manifest = folder / "zoo.toml"
     manifest.write_text(textwrap.dedent("""
         [defaults]
+        metric = "y.cosine_min"
         max_drop = "5%"
         runs = 3
         strategies = ["dynamic"]

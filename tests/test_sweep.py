@@ -113,6 +113,7 @@ def test_a_local_sweep_keeps_finished_models_and_retries_failed_ones(tmp_path):
     manifest = write(tmp_path / "zoo.toml", """
         [defaults]
         strategies = ["dynamic"]
+        metric = "y.cosine_min"
         max_drop = "5%"
         runs = 3
         [[models]]

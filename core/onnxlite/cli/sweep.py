@@ -12,8 +12,9 @@ from .executor_options import executor_options
 
 @click.command()
 @click.argument("manifest", metavar="MANIFEST.toml")
-@click.option("-o", "--output-dir", metavar="ROOT", help="One OUTDIR per model goes under ROOT, plus summary.html/md/json "
-              "(default: the manifest's [sweep] output, else MANIFEST-stem.sweep).")
+@click.option("-o", "--output-dir", metavar="ROOT",
+              help="One OUTDIR per model goes under ROOT, plus summary.html/md/json "
+                   "(default: the manifest's [sweep] output, else MANIFEST-stem.sweep).")
 @click.option("--cpus-per-model", type=click.FloatRange(min=0.01), default=None,
               help="With ray: CPUs each model's lighten holds (default 1).")
 @executor_options

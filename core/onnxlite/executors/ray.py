@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OnnxliteError, UsageError
 from .machine import describe_machine, record_machine
+from .ray_tasks import run_bench, run_candidate
 from .transfer import pack, unpack
 
 if TYPE_CHECKING:
@@ -99,6 +100,12 @@ class RayExecutor:
         self.placements: Counter[str] = Counter()
         self.failures = 0
         self.bench_node: dict[str, Any] | None = None
+        # Mistakes surface now, before lighten exports anything: an address nobody answers on,
+        # and a --bench-on label no node of the cluster carries.
+        _check_reachable(address)
+        if bench_on:
+            self.connect()
+            self._bench_node()
 
     # -- the cluster ------------------------------------------------------------------------------------------
 
@@ -111,7 +118,7 @@ class RayExecutor:
 
             try:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.WARNING)
+                         logging_level=logging.ERROR)   # its start-up notices would break the progress lines
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"--ray-address {self.address}" if self.address else "--executor ray"
                 raise OnnxliteError(f"{where}: cannot connect to or start a Ray cluster: "
@@ -188,7 +195,7 @@ class RayExecutor:
 
         ray = self.connect()
         folder.mkdir(parents=True, exist_ok=True)
-        remote = ray.remote(_run_candidate)
+        remote = ray.remote(run_candidate)
         pending = list(tasks)
         running: dict[Any, Mapping[str, Any]] = {}
         started: dict[Any, float] = {}
@@ -285,7 +292,7 @@ class RayExecutor:
         paths = [str(m) for m in models]
         names = options.pop("names", None)
         packed = [self._input(p) for p in paths]
-        ref = ray.remote(_run_bench).options(**placement).remote(packed, names, options)
+        ref = ray.remote(run_bench).options(**placement).remote(packed, names, options)
         try:
             result, where = _wait(ray, ref)
         except ray.exceptions.RayError as exc:
@@ -315,6 +322,22 @@ class RayExecutor:
         return max(matching, key=lambda n: n["Resources"].get("CPU", 0))
 
 
+def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
+    """A HOST:PORT nobody answers on fails in seconds (``ray.init`` would keep retrying for minutes)."""
+    import socket
+
+    if not address or "://" in address or address == "auto":
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UsageError(f"--ray-address {address}: expected HOST:PORT (or auto, or ray://HOST:PORT)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise OnnxliteError(f"--ray-address {address}: no Ray cluster answers there "
+                            f"({exc.strerror or type(exc).__name__})") from None
+
+
 def _wait(ray: Any, ref: Any) -> Any:
     """``ray.get`` that cancels the task on Ctrl-C."""
     try:
@@ -325,66 +348,3 @@ def _wait(ray: Any, ref: Any) -> Any:
     except BaseException:
         ray.cancel(ref, recursive=True)
         raise
-
-
-# -- what runs on the cluster's workers ---------------------------------------------------------------------------
-
-def _node() -> dict[str, Any]:
-    import ray
-
-    context = ray.get_runtime_context()
-    info = describe_machine()
-    info["node_id"] = context.get_node_id()
-    for node in ray.nodes():
-        if node["NodeID"] == info["node_id"]:
-            info["labels"] = dict(node.get("Labels") or {})
-            info["address"] = node.get("NodeManagerAddress")
-            info["resources"] = {k: v for k, v in node["Resources"].items() if not k.startswith("node:")}
-    return info
-
-
-def _materialize(value: Any, folder: Path) -> str | None:
-    """An input as a local path: unpacked from the object store, or already on the shared folder."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, dict):   # an ObjectRef inside a list: Ray resolves only top-level arguments
-        import ray
-
-        value = ray.get(value)
-    return str(unpack(value, folder))
-
-
-def _run_candidate(task: dict[str, Any], model: Any, judge: Any, calibration: Any,
-                   shared_output: str | None) -> dict[str, Any]:
-    """One candidate on this node, in its own subprocess, exactly as the local pool runs it."""
-    import ray
-
-    from ..search.tasks import run_tasks
-
-    node_id = ray.get_runtime_context().get_node_id()
-    with tempfile.TemporaryDirectory(prefix="onnxlite-candidate-") as tmp:
-        work = Path(tmp)
-        local = dict(task)
-        local["model"] = _materialize(model, work / "model")
-        local["judge"] = _materialize(judge, work / "judge")
-        local["calibration"] = _materialize(calibration, work / "calibration")
-        out = Path(shared_output) if shared_output else work / "out"
-        local["output"] = str(out / Path(task["output"]).name)
-        result = list(run_tasks([local], work / "task", 1))[0]
-        reply: dict[str, Any] = {"node": node_id[:12], "model": None}
-        if result.status == "ok" and result.path:
-            reply["model"] = result.path if shared_output else pack(result.path)
-        result.path = None
-        reply["result"] = result.to_dict()
-        return reply
-
-
-def _run_bench(models: list[Any], names: Sequence[str] | None, options: dict[str, Any]) -> tuple[Any, dict]:
-    from ..benchmark.bench import bench
-
-    with tempfile.TemporaryDirectory(prefix="onnxlite-bench-models-") as tmp:
-        paths = [_materialize(m, Path(tmp) / f"m{i}") for i, m in enumerate(models)]
-        result = bench(paths, names=names, **options)
-    return result, _node()

@@ -89,11 +89,11 @@ def _lighten_model(name: str, options: dict[str, Any], files: Mapping[str, str],
     """On a worker: unpack the inputs, lighten with the local pool, pack OUTDIR."""
     import ray
 
-    from ..executors.ray import _materialize, _node
+    from ..executors.ray_tasks import materialize, node_info
     from .manifest import ModelJob
     from .one_model import relocate, run_here
 
-    node = _node()
+    node = node_info()
     with tempfile.TemporaryDirectory(prefix=f"onnxlite-sweep-{name}-") as tmp:
         options = dict(options)
         source = options["source"]
@@ -101,7 +101,7 @@ def _lighten_model(name: str, options: dict[str, Any], files: Mapping[str, str],
             value = inputs[key]
             if not isinstance(value, (str, dict)):
                 value = ray.get(value)
-            local = _materialize(value, Path(tmp) / f"in{index}")
+            local = materialize(value, Path(tmp) / f"in{index}")
             relocate(options, key, path, local)
         options.setdefault("workers", max(1, int(cpus)))
         extra: dict[str, Any] = {}
