@@ -166,6 +166,24 @@ def test_lighten_ray_flags_without_the_ray_executor_exit_2(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_ray_address_nobody_answers_on_fails_in_seconds():
+    import socket
+    import time
+
+    from onnxlite.errors import OnnxliteError
+    from onnxlite.executors import get_executor
+
+    with socket.socket() as probe:   # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(OnnxliteError, match=f"--ray-address 127.0.0.1:{port}: no Ray cluster answers there"):
+        get_executor("ray", ray_address=f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 10
+    with pytest.raises(UsageError, match="expected HOST:PORT"):
+        get_executor("ray", ray_address="headnode")
+
+
 def test_help_listing_and_sweep_help_do_not_import_ray():
     probe = (
         "import sys\n"
