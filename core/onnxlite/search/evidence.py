@@ -55,33 +55,50 @@ def configure_judge(judge: Any, confidence: float, seed: int = 0) -> dict[str, A
     from ..evaluation.intervals import companion, resolution, split_parts
 
     samples = judge.samples
-    parts = split_parts(samples, seed=seed) if samples >= MIN_SPLIT else None
-    judge.confidence = confidence
-    judge.parts = parts
-    confirm = len(parts.confirm) if parts else samples
     extra = companion(judge.metrics, judge.primary) or add_companion(judge)
     judge.extra_intervals = (extra,) if extra else ()
     by_key = {m.key: m for m in judge.metrics}
-    unresolved, messages = {}, []
-    for key, budget in judge.budgets.items():
-        metric = by_key[key]
-        found = resolution(metric, judge.reference_outputs[metric.output], judge.context(metric.output), budget,
-                           confirm, confidence)
-        if found is None or found.resolvable:
-            continue
-        unresolved[key] = found.to_dict()
+
+    def unresolvable(count: int) -> dict[str, Any]:
+        found = {}
+        for key, budget in judge.budgets.items():
+            metric = by_key[key]
+            res = resolution(metric, judge.reference_outputs[metric.output], judge.context(metric.output), budget,
+                             count, confidence)
+            if res is not None and not res.resolvable:
+                found[key] = res
+        return found
+
+    parts = split_parts(samples, seed=seed) if samples >= MIN_SPLIT else None
+    unresolved = unresolvable(len(parts.confirm)) if parts else unresolvable(samples)
+    notes = []
+    if parts is not None and unresolved:
+        # Halving the samples cannot help a budget they cannot resolve: judge on all of them, and say that
+        # the option grids are then chosen on the samples that also confirm.
+        parts = None
+        unresolved = unresolvable(samples)
+        notes.append(f"too few held-out samples to set a select part aside ({samples}); option grids and the "
+                     "verdict share them")
+    judge.confidence = confidence
+    judge.parts = parts
+    confirm = len(parts.confirm) if parts else samples
+    where = "confirm samples" if parts else "held-out samples"
+    messages = []
+    for key, found in unresolved.items():
         needed = found.samples_needed
         total = math.ceil(needed * samples / confirm) if needed else None
         ranking = extra or key
         messages.append(
-            f"the held-out data cannot resolve the {key} budget ({budget:.3g}) at {confidence:.0%} confidence: "
-            f"one of the {confirm} confirm samples is worth {found.sample_worth:.3g}"
-            + (f"; it needs >= {needed} confirm samples ({total} held-out samples in all)" if needed else "")
+            f"the held-out data cannot resolve the {key} budget ({judge.budgets[key]:.3g}) at {confidence:.0%} "
+            f"confidence: one of the {confirm} {where} is worth {found.sample_worth:.3g}"
+            + (f"; it needs >= {needed} {where}" + (f" ({total} held-out samples in all)" if parts else "")
+               if needed else "")
             + f"; {key} is held to its measured drop and candidates are ranked by {ranking}")
     judge.estimate_only = tuple(unresolved)
     rank = judge.primary if judge.primary not in unresolved else (extra or judge.primary)
     return {"confidence": confidence, "parts": parts.to_dict() if parts else {"confirm": samples},
-            "unresolved": unresolved, "rank_metric": rank, "companion": extra, "messages": messages}
+            "unresolved": {k: v.to_dict() for k, v in unresolved.items()}, "rank_metric": rank,
+            "companion": extra, "messages": messages, "split_notes": notes}
 
 
 def add_companion(judge: Any) -> str | None:
@@ -257,15 +274,23 @@ def mixed_candidates_wanted(state: Any, strategies: Sequence[str] | None) -> tup
         if name not in registry.names("quantizer") or not registry.get("quantizer", name).available:
             return False, f"strategy {name!r} is not available"
     nodes = mixed_nodes(state.fp32)
-    if not nodes:
-        return False, "no MatMul/Gemm with a constant weight"
-    from ..mixed_plan import LIGHTEST_FIRST
-
-    probes = len(nodes) * (len(LIGHTEST_FIRST) - 1)
+    if len(nodes) < 2:
+        return False, "fewer than two MatMul/Gemm nodes with a constant weight: a uniform scheme is all there is"
+    probes = len(mixed_probes(state.fp32, nodes))
     if probes > MIXED_MAX_PROBES and not named:
-        return False, (f"its sweep needs {probes} probe models ({len(nodes)} nodes x {len(LIGHTEST_FIRST) - 1} "
-                       "schemes); name mixed in --strategies to run it")
+        return False, (f"its sweep needs {probes} probe models ({len(nodes)} nodes, one per scheme each can take); "
+                       "name mixed in --strategies to run it")
     return True, ""
+
+
+def mixed_probes(model: Any, nodes: Mapping[str, int]) -> list[tuple[str, str]]:
+    """(node, scheme) pairs worth measuring: block schemes only where MatMulNBits can take the node."""
+    import onnx
+
+    from ..mixed_plan import LIGHTEST_FIRST, weighted_nodes
+
+    eligible = weighted_nodes(onnx.load(str(model), load_external_data=False))
+    return [(n, s) for n in nodes for s in LIGHTEST_FIRST if s != "float" and n in eligible[s]]
 
 
 def mixed_nodes(model: Any) -> dict[str, int]:
@@ -289,9 +314,8 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
     from .candidates import Candidate, candidate_name
 
     nodes = mixed_nodes(state.fp32)
-    schemes = [s for s in LIGHTEST_FIRST if s != "float"]
     probes = [Candidate(f"mixed[{n}={s}]", "mixed", {"default": "float", "assign": (f"{n}={s}",)})
-              for n in nodes for s in schemes]
+              for n, s in mixed_probes(state.fp32, nodes)]
     results = run_probes(state, probes, workers, "mixed precision: per-node sensitivity")
     sensitivity: dict[str, dict[str, float]] = {n: {} for n in nodes}
     for candidate, result in zip(probes, results):

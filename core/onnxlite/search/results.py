@@ -181,7 +181,7 @@ def _confidence_section(result: LightenResult) -> str:
              f"{parts.get('confirm')} confirm samples, is within the budget"
              + (f"; option grids are chosen on the other {parts['select']} (select) samples" if parts.get("select") else "")
              + f". Candidates are ranked by `{evidence.get('rank_metric')}`; overlapping intervals tie on accuracy."]
-    lines += [f"- {message}" for message in evidence.get("messages") or []]
+    lines += [f"- {message}" for message in (evidence.get("messages") or []) + (evidence.get("split_notes") or [])]
     lines += [f"- {note}" for note in evidence.get("width_notes") or []]
     lines += [f"- {note}" for note in evidence.get("grids") or []]
     mixed = evidence.get("mixed") or {}
