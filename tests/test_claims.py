@@ -84,6 +84,38 @@ def test_static_qdq_and_qoperator(tmp_path, fmt):
     assert node_states(model, onnx.load(out)) == {"mm": False, "head": True}
 
 
+def test_an_excluded_node_between_quantized_ones_stays_float_in_qdq(tmp_path):
+    """QDQ puts Q/DQ on the excluded node's output (its consumer is quantized), named after that tensor:
+    that is not the excluded node being quantized."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{i}") for i in range(3)]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["a"], name="first"),
+             # named as torch.onnx names outputs: "<node>_output_0"
+             helper.make_node("MatMul", ["a", "w1"], ["first_mid_output_0"], name="first_mid"),
+             helper.make_node("MatMul", ["first_mid_output_0", "w2"], ["y"], name="last")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src, out = tmp_path / "chain.onnx", tmp_path / "chain.qdq.onnx"
+    onnx.save(model, src)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter([{"x": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    quantize_static(str(src), str(out), Reader(), quant_format=QuantFormat.QDQ, nodes_to_exclude=["first_mid"])
+    written = onnx.load(out)
+    assert any(n.op_type == "QuantizeLinear" and n.name.startswith("first_mid_") for n in written.graph.node)
+    assert node_states(model, written) == {"first": True, "first_mid": False, "last": True}
+    assert check_claims(model, written, claimed_float=["first_mid"], requested_float=["first_mid"]).ok
+
+
 def test_fp16_conversion_counts_as_converted_and_a_blocked_node_as_float():
     from onnxruntime.transformers.float16 import convert_float_to_float16
 

@@ -33,8 +33,10 @@ WEIGHTED_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Attention"
 QUANTIZED_OPS = frozenset({
     "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "QGemm", "DynamicQuantizeMatMul",
     "MatMulIntegerToFloat", "MatMulNBits", "MatMulBnb4", "QAttention", "QEmbedLayerNormalization",
-    "GatherBlockQuantized", "QLinearAdd", "QLinearMul", "QOrderedMatMul", "QuantizeLinear",
+    "GatherBlockQuantized", "QLinearAdd", "QLinearMul", "QOrderedMatMul",
 })
+# QuantizeLinear/DequantizeLinear are not evidence by name: QDQ names them after *tensors*
+# ("<node>_output_0_QuantizeLinear"), so a float node whose output feeds a quantized one has them too.
 
 
 @dataclass(frozen=True)
