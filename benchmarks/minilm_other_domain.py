@@ -1,0 +1,187 @@
+"""all-MiniLM-L6-v2 on text of another domain: which lightweighting scheme keeps its answers there.
+
+Run:
+    .venv/bin/python benchmarks/minilm_other_domain.py [--threads 2] [--batch 64] [--runs 30]
+        [--only NAME,...] [--workdir DIR] [--json out.json]
+
+The model is exported once (``torch.onnx.export``, TorchScript exporter, as in
+``lighten_vs_baseline.py``) and every candidate is built from that file with
+``onnxlite.quantize``.  Calibration (smoothquant) uses the first 40% of
+``examples/minilm/sentences.txt``, as ``lighten`` does.  Every candidate is
+judged on ``examples/minilm/other_domain.txt`` (contract clauses and live
+sports commentary, written for this purpose), which nothing calibrated on or
+selected with: mean and min cosine of the mean-pooled sentence embeddings
+against **PyTorch fp32**.  Size and speed are ratios to the fp32 ONNX file;
+speed comes from ``onnxlite.bench`` with every model in its own worker and
+turns interleaved, at ``--batch`` other-domain sentences on ``--threads``
+threads.
+
+Target (issue 11, the lighten winner): mean >= 0.995, min >= 0.99,
+>= 3.5x smaller and >= 2.0x faster than fp32 ONNX at batch 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SENTENCES = REPO / "examples" / "minilm" / "sentences.txt"
+OTHER = REPO / "examples" / "minilm" / "other_domain.txt"
+SPLIT = 0.4
+TARGET = {"mean": 0.995, "min": 0.99, "smaller": 3.5, "speedup": 2.0}
+
+sys.path.insert(0, str(HERE))
+from lighten_vs_baseline import (by_keyword, cosines, load_average, log, mean_pool, measure,  # noqa: E402
+                                 minilm_folder, onnx_embeddings)
+
+# name -> (strategy, options, needs calibration)
+CANDIDATES: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "dynamic pc +Gather": ("dynamic", {"op_types": "MatMul,Gemm,Gather"}, False),
+    "smoothquant a=0.5": ("smoothquant", {"alpha": 0.5}, True),
+    "smoothquant a=0.65": ("smoothquant", {"alpha": 0.65}, True),
+    "smoothquant a=0.8": ("smoothquant", {"alpha": 0.8}, True),
+    "wo8 b128 al4": ("weightonly", {}, False),
+    "wo8 b128 al4 +g8": ("weightonly", {"gather": "int8"}, False),
+    "wo8 b128 al4 +g4": ("weightonly", {"gather": "int4"}, False),
+    "wo8 b32 al4 +g8": ("weightonly", {"block_size": 32, "gather": "int8"}, False),
+    "wo8 b128 al0 +g8": ("weightonly", {"accuracy_level": 0, "gather": "int8"}, False),
+    "wo4 b32 al4 +g4": ("weightonly", {"bits": 4, "block_size": 32, "gather": "int4"}, False),
+    "int4 (b32)": ("int4", {}, False),
+}
+
+
+def export_fp32(folder: Path, model, tokenizer, target: Path) -> None:
+    import numpy as np
+    import torch
+
+    enc = tokenizer(["a short one", "and a slightly longer second sentence"], padding="longest", return_tensors="np")
+    sample = tuple(torch.from_numpy(np.asarray(enc[k], dtype=np.int64))
+                   for k in ("input_ids", "attention_mask", "token_type_ids"))
+    axes = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")}
+    with torch.no_grad():
+        torch.onnx.export(by_keyword(model), sample, str(target),
+                          input_names=["input_ids", "attention_mask", "token_type_ids"],
+                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per model (interleaved)")
+    parser.add_argument("--only", help="comma-separated candidate names (default: all)")
+    parser.add_argument("--workdir", default="minilm-other-domain-work")
+    parser.add_argument("--json", help="write every figure to this file")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import numpy as np
+    import onnxruntime
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    import onnxlite
+
+    wanted = [n.strip() for n in args.only.split(",")] if args.only else list(CANDIDATES)
+    unknown = [n for n in wanted if n not in CANDIDATES]
+    if unknown:
+        parser.error(f"--only: unknown candidate(s) {', '.join(unknown)} (known: {', '.join(CANDIDATES)})")
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    info = {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__, "python": platform.python_version(),
+            "cpus": os.cpu_count(), "threads": args.threads, "batch": args.batch, "runs": args.runs,
+            "load_average_start": load_average()}
+    print(f"onnxruntime {info['onnxruntime']}, torch {info['torch']}, {info['cpus']} CPUs, threads {args.threads}, "
+          f"batch {args.batch}, load average at start {info['load_average_start']}")
+
+    folder = minilm_folder()
+    lines = [s for s in SENTENCES.read_text().splitlines() if s.strip()]
+    calibration = work / "calibration.txt"
+    calibration.write_text("\n".join(lines[:int(len(lines) * SPLIT)]) + "\n")
+    judged = [s for s in OTHER.read_text().splitlines() if s.strip()]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    encoded = {k: np.asarray(v, dtype=np.int64) for k, v in
+               tokenizer(judged, padding="longest", truncation=True, max_length=128, return_tensors="np").items()}
+    log(f"{len(judged)} other-domain sentences (seq {encoded['input_ids'].shape[1]}), "
+        f"{int(len(lines) * SPLIT)} calibration sentences from {SENTENCES.name}")
+
+    torch.set_num_threads(args.threads)
+    model = AutoModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        reference = np.concatenate([
+            mean_pool(model(**{k: torch.from_numpy(v[s:s + args.batch]) for k, v in encoded.items()})
+                      .last_hidden_state.numpy(), encoded["attention_mask"][s:s + args.batch])
+            for s in range(0, len(judged), args.batch)])
+    fp32 = work / "fp32.onnx"
+    log("exporting fp32 ONNX (torch.onnx.export, dynamo=False, opset 17)")
+    export_fp32(folder, model, tokenizer, fp32)
+
+    models: dict[str, Path] = {"fp32 ONNX": fp32}
+    notes: dict[str, str] = {}
+    for name in wanted:
+        strategy, options, calibrated = CANDIDATES[name]
+        target = work / (name.replace(" ", "_").replace("=", "").replace("+", "").replace("(", "").replace(")", "")
+                         + ".onnx")
+        log(f"{name}: onnxlite.quantize(strategy={strategy!r}, {options})")
+        try:
+            result = onnxlite.quantize(fp32, target, strategy=strategy,
+                                       calibration=str(calibration) if calibrated else None,
+                                       calibration_options={"tokenizer": str(folder)} if calibrated else None,
+                                       **options)
+        except Exception as exc:   # a failure is a row too
+            notes[name] = f"failed: {type(exc).__name__}: {exc}"
+            log(notes[name])
+            continue
+        models[name] = result.path
+        notes[name] = "; ".join(result.notes[:2])
+
+    rows: dict[str, dict[str, Any]] = {}
+    for name, path in models.items():
+        cos = cosines(onnx_embeddings(path, encoded, args.threads, args.batch), reference)
+        rows[name] = {"strategy": CANDIDATES[name][0] if name in CANDIDATES else "-",
+                      "options": CANDIDATES[name][1] if name in CANDIDATES else {},
+                      "path": str(path), "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min())}
+    info["load_average_before_bench"] = load_average()
+    timing = measure(models, args.threads, args.batch, args.runs, data=str(OTHER),
+                     data_options={"tokenizer": str(folder)})
+    base = timing["fp32 ONNX"]
+    for name, row in rows.items():
+        row.update(timing[name])
+        p50 = (row.get("latency_ms") or {}).get("p50")
+        row["smaller"] = base["size_bytes"] / row["size_bytes"]
+        base_p50 = (base.get("latency_ms") or {}).get("p50")
+        row["speedup"] = base_p50 / p50 if p50 and base_p50 else None
+        row["meets"] = {"mean": row["cosine_mean"] >= TARGET["mean"], "min": row["cosine_min"] >= TARGET["min"],
+                        "smaller": row["smaller"] >= TARGET["smaller"],
+                        "speedup": (row["speedup"] or 0) >= TARGET["speedup"]}
+    info["load_average_end"] = load_average()
+
+    print(f"\n## all-MiniLM-L6-v2 on {OTHER.name} ({len(judged)} sentences, seq {encoded['input_ids'].shape[1]}): "
+          f"batch {args.batch}, {args.threads} threads; cosine vs PyTorch, ratios vs fp32 ONNX")
+    print(f"{'candidate':20}{'mean':>8}{'min':>8}{'MB':>7}{'smaller':>8}{'p50 ms':>8}{'speedup':>8}  target")
+    for name, row in rows.items():
+        met = row["meets"]
+        verdict = ("(baseline)" if name == "fp32 ONNX" else
+                   "MET" if all(met.values()) else "missed " + ",".join(k for k, v in met.items() if not v))
+        print(f"{name:20}{row['cosine_mean']:8.4f}{row['cosine_min']:8.4f}{row['size_bytes'] / 1e6:7.1f}"
+              f"{row['smaller']:8.2f}{(row.get('latency_ms') or {}).get('p50', float('nan')):8.1f}{row['speedup'] or float('nan'):8.2f}  {verdict}")
+    for name, note in notes.items():
+        print(f"  {name}: {note}")
+    print(f"target: mean >= {TARGET['mean']}, min >= {TARGET['min']}, >= {TARGET['smaller']}x smaller, "
+          f">= {TARGET['speedup']}x faster; load average start {info['load_average_start']}, "
+          f"before bench {info['load_average_before_bench']}, end {info['load_average_end']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"info": info, "rows": rows, "notes": notes, "target": TARGET},
+                                              indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
