@@ -1,4 +1,4 @@
-"""Wall time of `onnxlite --help` and `onnxlite --list-plugins` (target: well under 0.5 s).
+"""Wall time of `onnxlite --help`, `--list-plugins` and `onnxlite plugins` (target: well under 0.5 s).
 
 Run: .venv/bin/python benchmarks/cli_startup.py
 Prints the median of 7 fresh processes for each command, next to a bare
@@ -17,6 +17,8 @@ COMMANDS = {
     "onnxlite --help": [sys.executable, "-m", "onnxlite", "--help"],
     "onnxlite --list-plugins": [sys.executable, "-m", "onnxlite", "--list-plugins"],
     "onnxlite --list-plugins --json": [sys.executable, "-m", "onnxlite", "--list-plugins", "--json"],
+    "onnxlite plugins": [sys.executable, "-m", "onnxlite", "plugins"],
+    "onnxlite plugins --json": [sys.executable, "-m", "onnxlite", "plugins", "--json"],
 }
 
 
