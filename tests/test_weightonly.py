@@ -197,6 +197,12 @@ def test_search_grid_and_skip_reason(embedder, tmp_path):
     found, _ = build_candidates(embedder, strategies=["weightonly"], has_calibration=False)
     grid = [c.options for c in found]
     assert {} in grid and {"gather": "int8"} in grid and any(o.get("bits") == 4 for o in grid)
+    # gptq is slow: a search tries it only when named
+    found, skipped = build_candidates(embedder, has_calibration=True)
+    assert "gptq" not in {c.strategy for c in found} and "weightonly" in {c.strategy for c in found}
+    assert "name it in --strategies" in {s.strategy: s.reason for s in skipped}["gptq"]
+    found, _ = build_candidates(embedder, strategies=["gptq"], has_calibration=True)
+    assert [c.strategy for c in found] == ["gptq"]
     # a model whose only linear layer is a Gemm gives MatMulNBits nothing: skipped with the reason
     w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
     graph = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], name="linear")], "g",
