@@ -206,7 +206,8 @@ class WeightOnlyQuantizer:
         calibration = self._calibration(proto, options, context) if algorithm == "gptq" else None
 
         if gathers and s["gather"] == "int8":
-            proto = _gather_int8(model, proto, Path(context.workdir), [n for n in exclude if n in tables], external)
+            work = Path(context.workdir) if context.workdir else output.parent   # the host always gives a scratch folder
+            proto = _gather_int8(model, proto, work, [n for n in exclude if n in tables], external)
         else:
             proto = load_external_data(proto, model)
         if gathers and s["gather"] == "int4":
