@@ -159,12 +159,21 @@ def fallback(state: Any, max_float_nodes: int | None, workers: int | None) -> No
         return
     # Activation matching ranked badly (its worst nodes in float did not reach the budget): measure each
     # node's own drop directly and try again in that order.
+    # The sweep covers every node the written model really has quantized (onnxlite.claims), not only the ones
+    # whose activations could be matched.
+    import onnx
+
+    from ..claims import node_states
+
+    states = node_states(onnx.load(str(state.fp32), load_external_data=False),
+                         onnx.load(str(base_row.path), load_external_data=False))
+    nodes = [n for n, quantized in states.items() if quantized] or order
     rank = state.evidence["rank_metric"]
-    swept = sweep_ranking(state, base, spec, order, workers, rank)
+    swept = sweep_ranking(state, base, spec, nodes, workers, rank)
     state.partial["sweep"] = swept[:20]
     state.partial["ranked_by"] = f"direct sweep ({rank} on the select part)"
-    _keep_worst(state, base, spec, [e["node"] for e in swept], limit, workers, "sweep",
-                tried={tuple(sorted(order[:k])) for k in exclusion_steps(len(order), limit)})
+    _keep_worst(state, base, spec, [e["node"] for e in swept], max_float_nodes or max(1, len(nodes) // 2), workers,
+                "sweep", tried={tuple(sorted(order[:k])) for k in exclusion_steps(len(order), limit)})
 
 
 def _keep_worst(state: Any, base, spec, order, limit, workers, ranking, tried=frozenset()) -> bool:
