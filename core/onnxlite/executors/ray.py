@@ -175,7 +175,9 @@ class RayExecutor:
 
     def _resources(self, task: Mapping[str, Any]) -> dict[str, Any]:
         threads = (task.get("settings") or {}).get("threads")
-        model_bytes = os.path.getsize(task["model"]) if os.path.exists(task["model"]) else 0
+        from ..modelio import model_size
+
+        model_bytes = model_size(task["model"]) if os.path.exists(task["model"]) else 0   # external data included
         memory = 8 * model_bytes + BASE_MEMORY
         cpus = self.num_cpus or threads or 1
         # A request no node can meet would wait forever: ask for at most what the largest node has.
