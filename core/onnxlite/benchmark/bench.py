@@ -15,11 +15,12 @@ import os
 import platform
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..figures import Figures, figures_of, row_dict
 from ..runtime import SessionSettings
 from .workers import MIN_TURNS, TURN_SECONDS, _WorkerProcess
 
@@ -36,18 +37,14 @@ Progress = Callable[[float, str], None]
 
 
 @dataclass
-class BenchRow:
-    """One model's figures.  Latencies are per batch, in milliseconds."""
+class BenchRow(Figures):
+    """One model's measurements (its figures: :class:`~onnxlite.figures.Figures`).  Latencies are per batch,
+    in milliseconds; throughput is single stream (batch / mean latency); peak memory is the worker process's."""
 
     name: str
     path: str
-    size_bytes: int | None = None
     op_count: int | None = None
-    load_seconds: float | None = None
-    latency_ms: dict[str, float] | None = None      # p50, p90, p99, mean
-    throughput: float | None = None                 # samples/s, single stream: batch / mean latency
-    peak_rss_bytes: int | None = None               # the worker process's peak resident memory
-    baseline_rss_bytes: int | None = None           # ... before the session was created
+    baseline_rss_bytes: int | None = None           # the worker's resident memory before the session was created
     runs: int = 0
     worker_pid: int | None = None
     providers: list[str] = field(default_factory=list)
@@ -63,7 +60,7 @@ class BenchRow:
         return max(0, self.peak_rss_bytes - self.baseline_rss_bytes)
 
     def to_dict(self, latencies: bool = True) -> dict[str, Any]:
-        data = asdict(self)
+        data = row_dict(self)
         data["model_rss_bytes"] = self.model_rss_bytes
         if not latencies:
             data.pop("latencies_ms")
@@ -102,10 +99,8 @@ class BenchResult:
             status = row.status
             if status == "ok" and i == 0 and len(self.rows) > 1:
                 status = "reference"
-            rows.append(ModelRow(name=row.name, path=row.path, size_bytes=row.size_bytes, latency_ms=row.latency_ms,
-                                 throughput=row.throughput, load_seconds=row.load_seconds,
-                                 peak_rss_bytes=row.peak_rss_bytes, op_count=row.op_count, status=status,
-                                 note=row.note))
+            rows.append(ModelRow(name=row.name, path=row.path, op_count=row.op_count, status=status, note=row.note,
+                                 **figures_of(row)))
         settings = {"batch": self.batch, "seq_len": self.seq_len, **self.settings}
         turns = len(self.schedule)
         order = " ".join(self.rows[i].name for i, _ in self.schedule[: 2 * len(self.rows)])

@@ -59,6 +59,7 @@ class CompareResult:
 
     def to_report(self) -> Report:
         """The shared report model (``--report DIR``)."""
+        from ..figures import figures_of
         from ..report.model import ModelRow, Report
 
         rows = [ModelRow(name="reference", path=self.reference, size_bytes=self.reference_size_bytes,
@@ -67,8 +68,7 @@ class CompareResult:
         for c in self.candidates:
             status = "failed" if c.passed is False else "ok"
             note = "; ".join(c.failures + c.notes)
-            rows.append(ModelRow(name=c.name, path=c.path, size_bytes=c.size_bytes, metrics=dict(c.metrics),
-                                 status=status, note=note))
+            rows.append(ModelRow(name=c.name, path=c.path, status=status, note=note, **figures_of(c)))
         settings = dict(self.settings) | {"data": self.data, "samples": self.samples}
         return Report(title=f"Accuracy against {Path(self.reference).name}", kind="compare", rows=rows,
                       settings=settings, primary_metric=self.primary_metric,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError, one_line
+from ..figures import Figures
 from ..protocols import MetricContext
 from .metrics import ResolvedMetric, choose_primary, compute, drop, parse_budgets, resolve_metrics
 from .reference import ReferenceModel
@@ -48,24 +49,19 @@ class ReferenceRun:
 
 
 @dataclass
-class CandidateResult:
-    """One candidate's scores.  ``passed`` is None when no budget was set."""
+class CandidateResult(Figures):
+    """One candidate's scores (its figures: :class:`~onnxlite.figures.Figures`; the intervals when the
+    judge has a confidence, and option grids are chosen on ``select_drops``, never on ``drops``).
+    ``passed`` is None when no budget was set."""
 
     name: str
     path: str
-    metrics: dict[str, float]
-    drops: dict[str, float]
     budgets: dict[str, float] = field(default_factory=dict)
     passed: bool | None = None
     failures: list[str] = field(default_factory=list)
-    size_bytes: int | None = None
     format: str | None = None
     cpu_fallback: dict[str, str] | None = None
     notes: list[str] = field(default_factory=list)
-    #: the drops' confidence intervals (``Interval.to_dict()`` per metric key), when the judge has a confidence
-    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: drops on the select part of the held-out data (option grids are chosen on these, never on ``drops``)
-    select_drops: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {

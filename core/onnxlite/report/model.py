@@ -15,30 +15,27 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from ..figures import Figures, row_dict
 
 LATENCY_KEYS = ("p50", "p90", "p99", "mean")
 
 
 @dataclass
-class ModelRow:
-    """One model's figures.  Anything not measured stays ``None`` (shown as a dash, never as 0)."""
+class ModelRow(Figures):
+    """One model's row (its figures: :class:`~onnxlite.figures.Figures`).  Anything not measured stays
+    ``None`` (shown as a dash, never as 0)."""
 
     name: str
     path: str
-    size_bytes: int | None = None
-    latency_ms: dict[str, float] | None = None   # keys p50, p90, p99, mean
-    throughput: float | None = None               # samples/s
-    load_seconds: float | None = None
-    peak_rss_bytes: int | None = None
     op_count: int | None = None
-    metrics: dict[str, float] = field(default_factory=dict)  # e.g. {"last_hidden_state.cosine_mean": 0.99}
     status: str = "ok"          # ok | failed | rejected | winner | reference
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        return _jsonable(row_dict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelRow:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..figures import MEASURED, copy_figures, figures_of
 from ..stats import DEFAULT_CONFIDENCE
 from .choose import deciding_objective, pick_winner
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration
@@ -204,8 +205,8 @@ class _Search:
         self.judge_dir = save_judge(self.judge, self.work / "judge")
         verdict = self.judge.evaluate(self.fp32, "fp32")
         self.baseline = CandidateRow(name="fp32", strategy="none", options={}, status="reference",
-                                     size_bytes=verdict.size_bytes, metrics=verdict.metrics, drops=verdict.drops,
-                                     path=str(self.fp32), reason="the exported model, unquantized")
+                                     path=str(self.fp32), reason="the exported model, unquantized",
+                                     **figures_of(verdict, "size_bytes", "metrics", "drops"))
 
     # 2. candidates
     def build(self, strategies) -> None:
@@ -305,8 +306,7 @@ class _Search:
                                      progress=lambda frac, text: self.emit("bench", {"fraction": frac, "text": text}))
         self.measured_on = {k: result.settings[k] for k in ("measured_on", "bench_node") if k in result.settings}
         for row, measured in zip(models, result.rows):
-            row.latency_ms, row.throughput = measured.latency_ms, measured.throughput
-            row.peak_rss_bytes, row.load_seconds = measured.peak_rss_bytes, measured.load_seconds
+            copy_figures(measured, row, *MEASURED)
             if measured.status != "ok" and row is not self.baseline:
                 row.status, row.reason = "failed", f"benchmark failed: {measured.note}"
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..figures import Figures, figures_of, row_dict
 
 if TYPE_CHECKING:
     from .tasks import TaskResult
 
 
 @dataclass
-class CandidateRow:
-    """A candidate with everything learnt about it."""
+class CandidateRow(Figures):
+    """A candidate with everything learnt about it (its figures: :class:`~onnxlite.figures.Figures`)."""
 
     name: str
     strategy: str
@@ -21,19 +23,8 @@ class CandidateRow:
     status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | failed
     reason: str = ""
     over_budget: bool = False
-    size_bytes: int | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    drops: dict[str, float] = field(default_factory=dict)
-    latency_ms: dict[str, float] | None = None
-    throughput: float | None = None
-    peak_rss_bytes: int | None = None
-    load_seconds: float | None = None
     quantize_seconds: float = 0.0
     quantize: dict[str, Any] = field(default_factory=dict)
-    #: confidence intervals of the drops on the confirm part (``Interval.to_dict()`` per metric key)
-    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: drops on the select part, where option grids are decided
-    select_drops: dict[str, float] = field(default_factory=dict)
     path: str | None = None
 
     @property
@@ -41,7 +32,7 @@ class CandidateRow:
         return (self.latency_ms or {}).get("p50", float("inf"))
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = row_dict(self)
         data.pop("path")
         return data
 
@@ -100,9 +91,8 @@ class LightenResult:
 
 def _row(result: TaskResult) -> CandidateRow:
     row = CandidateRow(name=result.name, strategy=result.strategy, options=result.options,
-                       keep_float=list(result.keep_float), size_bytes=result.size_bytes, metrics=result.metrics,
-                       drops=result.drops, quantize=result.quantize, quantize_seconds=result.seconds, path=result.path,
-                       intervals=dict(result.intervals), select_drops=dict(result.select_drops))
+                       keep_float=list(result.keep_float), quantize=result.quantize, quantize_seconds=result.seconds,
+                       path=result.path, **figures_of(result))
     if result.status == "failed":
         row.status, row.reason = "failed", result.error
     elif result.passed is False:
@@ -141,9 +131,7 @@ def _report(result: LightenResult) -> Any:
             note = f"{note} [kept in float: {', '.join(row.keep_float[:6])}{'...' if len(row.keep_float) > 6 else ''}]"
         # Candidate files live in the scratch folder, which is gone by now; only the winner is kept.
         path = "model.onnx" if row.status == "winner" else "(not kept)"
-        rows.append(ModelRow(name=row.name, path=path, size_bytes=row.size_bytes, latency_ms=row.latency_ms,
-                             throughput=row.throughput, load_seconds=row.load_seconds,
-                             peak_rss_bytes=row.peak_rss_bytes, metrics=row.metrics, status=row.status, note=note))
+        rows.append(ModelRow(name=row.name, path=path, status=row.status, note=note, **figures_of(row)))
     sections = [("Result", result.message),
                 ("Budget", "\n".join(f"- `{k}`: drop at most {v:.4g}" for k, v in result.budgets.items())
                  + f"\n- objective: {result.objective}\n- data: {result.data}")]

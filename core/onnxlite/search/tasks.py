@@ -18,18 +18,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import one_line
+from ..figures import Figures, copy_figures, row_dict
 
 if TYPE_CHECKING:
     from ..evaluation.judge import Judge
 
 
 @dataclass
-class TaskResult:
+class TaskResult(Figures):
+    """One candidate quantized and judged (its figures: :class:`~onnxlite.figures.Figures`)."""
+
     name: str
     strategy: str
     options: dict[str, Any]
@@ -37,18 +40,13 @@ class TaskResult:
     status: str = "ok"                      # ok | failed
     error: str = ""
     path: str | None = None
-    size_bytes: int | None = None
     seconds: float = 0.0
     quantize: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    drops: dict[str, float] = field(default_factory=dict)
     passed: bool | None = None
     failures: list[str] = field(default_factory=list)
-    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
-    select_drops: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return row_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TaskResult:
@@ -120,16 +118,15 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
         quantized = quantize(Path(task["model"]), output, candidate["strategy"], calibration=task.get("calibration"),
                              force=True, **candidate["options"])
         result.path = str(quantized.path)
-        result.size_bytes = quantized.size_after
+        result.size_bytes = quantized.size_after   # kept when judging fails
         result.quantize = {k: v for k, v in quantized.to_dict().items() if k not in {"path", "source"}}
         claims = (quantized.details.get("claims") or {}).get("message")
         if claims:
             # the plugin's word and the written model disagree: its figures cannot be trusted as a recipe
             raise OnnxliteError(f"{claims} (the host counted the nodes in the written model)")
         verdict = load_judge(Path(task["judge"]), task.get("settings", {})).evaluate(quantized.path, result.name)
-        result.metrics, result.drops = verdict.metrics, verdict.drops
+        copy_figures(verdict, result)   # the judge's figures, the size of the file it judged among them
         result.passed, result.failures = verdict.passed, verdict.failures
-        result.intervals, result.select_drops = verdict.intervals, verdict.select_drops
     except OnnxliteError as exc:
         result.status, result.error = "failed", str(exc)
     except Exception as exc:  # a plugin's own bug: recorded, never fatal to the search
