@@ -24,19 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .ops import REPLACEMENT_OPS, WEIGHTED_OPS
+
 if TYPE_CHECKING:
     import onnx
 
-#: operators that carry weights and that quantizers replace or wrap
-WEIGHTED_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Attention", "EmbedLayerNormalization", "Gather"})
-#: operators only a quantizer puts in a float node's place
-QUANTIZED_OPS = frozenset({
-    "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "QGemm", "DynamicQuantizeMatMul",
-    "MatMulIntegerToFloat", "MatMulNBits", "MatMulBnb4", "QAttention", "QEmbedLayerNormalization",
-    "GatherBlockQuantized", "QLinearAdd", "QLinearMul", "QOrderedMatMul",
-})
-# QuantizeLinear/DequantizeLinear are not evidence by name: QDQ names them after *tensors*
-# ("<node>_output_0_QuantizeLinear"), so a float node whose output feeds a quantized one has them too.
+# Only REPLACEMENT_OPS are evidence by name. QuantizeLinear/DequantizeLinear are not: QDQ names them after
+# *tensors* ("<node>_output_0_QuantizeLinear"), so a float node whose output feeds a quantized one has them too.
 
 
 @dataclass(frozen=True)
@@ -95,7 +89,7 @@ def node_states(source: onnx.ModelProto, output: onnx.ModelProto) -> dict[str, b
             continue
         prefix = node.name + "_"
         related = [n for n in output.graph.node if n.name == node.name or n.name.startswith(prefix)]
-        if any(n.op_type in QUANTIZED_OPS for n in related):
+        if any(n.op_type in REPLACEMENT_OPS for n in related):
             states[node.name] = True
             continue
         same = by_name.get(node.name)

@@ -12,16 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+# FUSED_TRANSFORMER_OPS: their presence alone means someone already fused a transformer.
+from .ops import CONV_OPS, FUSED_TRANSFORMER_OPS, MATMUL_OPS
+
 if TYPE_CHECKING:
     import onnx
-
-#: operators whose presence alone means someone already fused a transformer.
-FUSED_TRANSFORMER_OPS = frozenset({
-    "Attention", "MultiHeadAttention", "GroupQueryAttention", "QAttention", "EmbedLayerNormalization",
-    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "RotaryEmbedding", "PackedAttention",
-})
-CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv"})
-MATMUL_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "QGemm", "MatMulNBits"})
 
 #: a conv-heavy graph keeps at least this share of its weights in convolutions.
 CONV_HEAVY_SHARE = 0.5

@@ -10,21 +10,13 @@ from typing import TYPE_CHECKING
 
 from .atomic import scratch_dir
 from .errors import UsageError, one_line
+from .ops import QUANTIZED_OPS  # noqa: F401 - modelio.QUANTIZED_OPS stays on the helper surface
 
 if TYPE_CHECKING:
     import onnx
 
 #: protobuf refuses single files over 2 GiB; above this we always write external data.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024**3 - 64 * 1024**2
-
-#: operators that only appear in a model that has been quantized already.
-QUANTIZED_OPS = frozenset({
-    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
-    "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QGemm", "QAttention", "QOrderedAttention",
-    "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulNBits", "DequantizeBFP", "QLinearSigmoid",
-    "QLinearLeakyRelu", "QLinearConcat", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax",
-    "QEmbedLayerNormalization", "GatherBlockQuantized",
-})
 
 
 def check_exists(path: str | os.PathLike[str], what: str = "model") -> Path:

@@ -15,12 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..ops import WEIGHTED_OPS
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx
-
-#: operators that carry weights and that quantizers replace or wrap
-WEIGHTED_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Attention", "EmbedLayerNormalization", "Gather"})
 
 
 @dataclass(frozen=True)
