@@ -39,9 +39,9 @@ def test_transformer_search_finds_a_winner_within_budget(bert_result, tiny_bert)
     assert result.winner.drops[primary] <= result.budgets[primary]
     strategies = {c.strategy for c in result.candidates}
     assert {"dynamic", "transformer"} <= strategies
-    # static declares itself unsuited to transformers; fp16 only pays off on GPUs.
+    # static declares itself unsuited to transformers; fp16 is cheap and tried on the CPU too (issue 12).
     skipped = {s["strategy"]: s["reason"] for s in result.skipped}
-    assert "unsuited to transformer" in skipped["static"] and "GPU" in skipped["fp16"]
+    assert "unsuited to transformer" in skipped["static"] and "fp16" in strategies
     # Every candidate is accounted for: won, within budget, over budget or failed, with a reason.
     for row in result.candidates:
         assert row.status in {"winner", "ok", "rejected", "failed"}

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 Dim = int | str
 
 DTYPES = ("float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
-_SPEC_RE = re.compile(r"^\s*([^:\s]+)\s*:\s*([A-Za-z0-9_]+)\s*\[(.*)\]\s*$")
+_SPEC_RE = re.compile(r"^\s*([^:\s]+)\s*:\s*([A-Za-z0-9_]+)\s*\[(.*)\]\s*(?:=\s*(\S+))?\s*$")
 _DTYPE_ALIASES = {"float": "float32", "double": "float64", "long": "int64", "int": "int32", "half": "float16",
                   "fp32": "float32", "fp16": "float16"}
 
@@ -33,7 +33,10 @@ class InputSpec:
 
     ``value_range`` is ``(low, high)`` (high exclusive) for integer inputs such
     as token ids; ``role`` is ``"ids"``, ``"mask"``, ``"type_ids"`` or None and
-    steers sample generation.
+    steers sample generation.  ``value`` makes the input a constant (a sample
+    rate, ``sr:int64[]=16000``): generated samples hold it, and it has no batch
+    axis.  :attr:`batch_axis` says which axis holds the samples: not always the
+    first (a streaming model's state ``[2, batch, 128]``), and none for scalars.
     """
 
     name: str
@@ -42,16 +45,40 @@ class InputSpec:
     value_range: tuple[int, int] | None = None
     role: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    value: float | int | None = None
 
     @property
     def dynamic_axes(self) -> dict[int, str]:
         return {i: d for i, d in enumerate(self.shape) if isinstance(d, str)}
 
+    @property
+    def batch_axis(self) -> int | None:
+        """The sample axis: the dim named like a batch, else the first dynamic one, else 0; None for
+        scalars and constants."""
+        if not self.shape or self.value is not None:
+            return None
+        named = [i for i, d in enumerate(self.shape) if isinstance(d, str) and _is_batch_name(d)]
+        if named:
+            return named[0]
+        dynamic = list(self.dynamic_axes)
+        return dynamic[0] if dynamic else 0
+
     def __str__(self) -> str:
-        return f"{self.name}:{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+        text = f"{self.name}:{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+        return text if self.value is None else f"{text}={self.value}"
 
     def with_role(self) -> InputSpec:
         return self if self.role else replace(self, role=guess_role(self.name))
+
+
+def _is_batch_name(dim: str) -> bool:
+    lowered = dim.lower()
+    return lowered in {"n", "b", "bs"} or "batch" in lowered
+
+
+def batch_axes(specs: Sequence[InputSpec]) -> dict[str, int | None]:
+    """Each input's sample axis (None: a scalar or constant, passed whole with every batch)."""
+    return {spec.name: spec.batch_axis for spec in specs}
 
 
 def guess_role(name: str) -> str | None:
@@ -77,7 +104,7 @@ def parse_input_spec(text: str) -> InputSpec:
     match = _SPEC_RE.match(text)
     if not match:
         raise UsageError(f"--input {text!r}: expected NAME:DTYPE[dim,...], for example input_ids:int64[batch,seq]")
-    name, dtype, dims_text = match.groups()
+    name, dtype, dims_text, value_text = match.groups()
     dims: list[Dim] = []
     for raw in (d.strip() for d in dims_text.split(",") if d.strip()):
         if re.fullmatch(r"[0-9]+", raw):   # ASCII digits only: str.isdigit() also accepts "²", which int() refuses
@@ -90,7 +117,14 @@ def parse_input_spec(text: str) -> InputSpec:
             dims.append(raw)
         else:
             raise UsageError(f"--input {text!r}: bad dim {raw!r}; use a positive integer or a name such as batch")
-    return InputSpec(name, normalize_dtype(dtype, f"--input {text!r}"), tuple(dims)).with_role()
+    dtype = normalize_dtype(dtype, f"--input {text!r}")
+    value: float | int | None = None
+    if value_text is not None:
+        try:
+            value = float(value_text) if dtype.startswith(("float", "bfloat")) else int(value_text)
+        except ValueError:
+            raise UsageError(f"--input {text!r}: constant {value_text!r} is not a {dtype} number") from None
+    return InputSpec(name, dtype, tuple(dims), value=value).with_role()
 
 
 def specs_from_onnx(model: Any) -> list[InputSpec]:
@@ -114,8 +148,11 @@ def specs_from_onnx(model: Any) -> list[InputSpec]:
         for i, dim in enumerate(tensor.shape.dim):
             if dim.HasField("dim_value") and dim.dim_value > 0:
                 dims.append(int(dim.dim_value))
+            elif dim.dim_param:
+                dims.append(dim.dim_param)
             else:
-                dims.append(dim.dim_param or ("batch" if i == 0 else f"dim{i}"))
+                # unnamed: the first dynamic axis is taken for the batch (a state [2, ?, 128] batches on axis 1)
+                dims.append("batch" if not any(isinstance(d, str) for d in dims) else f"dim{i}")
         spec = InputSpec(value.name, dtype, tuple(dims)).with_role()
         if spec.role == "ids" and spec.name in vocab:
             spec = replace(spec, value_range=(0, vocab[spec.name]))
@@ -139,7 +176,7 @@ def _vocabulary_sizes(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def resolve_shape(spec: InputSpec, batch: int, seq: int, sizes: Mapping[str, int] | None = None) -> tuple[int, ...]:
-    """Concrete shape: a dynamic first axis gets ``batch``, other dynamic axes ``seq``
+    """Concrete shape: a dynamic batch axis gets ``batch``, other dynamic axes ``seq``
     (or the size given for that dim name in ``sizes``)."""
     sizes = dict(sizes or {})
     shape = []
@@ -149,7 +186,7 @@ def resolve_shape(spec: InputSpec, batch: int, seq: int, sizes: Mapping[str, int
         elif dim in sizes:
             shape.append(sizes[dim])
         else:
-            shape.append(batch if i == 0 else seq)
+            shape.append(batch if i == spec.batch_axis else seq)
     return tuple(shape)
 
 
@@ -235,6 +272,9 @@ def make_feeds(specs: Sequence[InputSpec], batch: int = 2, seq: int = 8, seed: i
         shape = resolve_shape(spec, batch, seq, sizes)
         role = spec.role or guess_role(spec.name)
         np_dtype = np.dtype("float32") if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+        if spec.value is not None:
+            feeds[spec.name] = np.full(shape, spec.value, dtype=np_dtype)
+            continue
         if role in {"mask", "ids", "type_ids"} and len(shape) >= 2 and lengths is None:
             full = shape[1]
             lengths = [full if (i == 0 or not pad) else max(1, full - (i * max(1, full // 4)) % full)

@@ -158,3 +158,32 @@ def normalize(model: onnx.ModelProto, *, min_opset: int | None = PER_CHANNEL_MIN
                 notes.append(f"{lifted} Constant tensor(s) lifted to initializers")
     return Normalization(model=working, lifted_constants=lifted, opset_before=before, opset_after=after,
                          per_channel_ok=per_channel_ok, notes=tuple(notes))
+
+
+def needs_normalization(model: onnx.ModelProto, min_opset: int | None = PER_CHANNEL_MIN_OPSET) -> bool:
+    """Whether :func:`normalize` has anything to do (cheap: reads the graph, copies nothing)."""
+    opset = default_opset(model)
+    return bool(count_constant_tensors(model)) or (min_opset is not None and opset is not None and opset < min_opset)
+
+
+def normalize_file(path, *, min_opset: int | None = PER_CHANNEL_MIN_OPSET) -> Normalization | None:
+    """Normalise the model file at ``path`` in place, atomically; None when nothing needed doing.
+
+    Only for onnxlite's own working copies (quantize's private copy, lighten's
+    exported ``fp32.onnx``): a user's file is never written.  The returned
+    :class:`Normalization` holds no model (``model`` is None) so callers keep
+    only what was done.
+    """
+    from dataclasses import replace
+
+    from .modelio import load_model, save_model, uses_external_data
+
+    header = load_model(path, load_external_data=False)
+    if not needs_normalization(header, min_opset):
+        return None
+    external = uses_external_data(header)
+    full = load_model(path, load_external_data=True) if external else header
+    done = normalize(full, min_opset=min_opset)
+    if done.changed:
+        save_model(done.model, path, external_data=True if external else None)
+    return replace(done, model=None)

@@ -75,7 +75,7 @@ def _dim_sizes(specs: Sequence[InputSpec], batch: int, seq: int) -> dict[str, in
         for axis, dim in spec.dynamic_axes.items():
             if dim in sizes:
                 continue
-            if axis == 0:
+            if axis == spec.batch_axis:
                 sizes[dim] = batch
             else:
                 sizes[dim] = seq + others
@@ -105,10 +105,12 @@ def sample_sets(input_specs: Sequence[InputSpec], samples: Any = None) -> list[d
             validate(dataset, specs, "--samples")
         else:
             dataset = load_data(samples, specs)
+        from ..data.dataset import take_rows
+
         arrays = {spec.name: dataset.arrays[spec.name] for spec in specs}
         sets = [arrays]
-        if len(dataset) > 1:
-            sets.append({name: array[:1] for name, array in arrays.items()})
+        if len(dataset) > 1:   # the first sample alone, each input cut on its own sample axis
+            sets.append(take_rows(arrays, 0, 1, {s.name: s.batch_axis for s in specs}))
         return sets
     sets = []
     for seed, (batch, seq) in enumerate(SAMPLE_SHAPES):
@@ -118,8 +120,8 @@ def sample_sets(input_specs: Sequence[InputSpec], samples: Any = None) -> list[d
 
 def _trace_sample(feeds_list: list[dict[str, np.ndarray]], specs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
     first = feeds_list[0]
-    if all(array.shape[0] >= 2 or 0 not in spec.dynamic_axes for spec, array in
-           zip(specs, (first[s.name] for s in specs))):
+    if all(spec.batch_axis is None or spec.batch_axis not in spec.dynamic_axes or array.shape[spec.batch_axis] >= 2
+           for spec, array in zip(specs, (first[s.name] for s in specs))):
         return first
     # A user batch of one would let dynamo specialize the batch axis; trace on synthetic shapes instead.
     return sample_sets(specs)[0]

@@ -26,23 +26,70 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 ChunkSource = Callable[[], Iterable[Mapping[str, Any]]]
 
 
-def _rows(chunk: Mapping[str, Any]) -> int:
-    return int(next(iter(chunk.values())).shape[0]) if chunk else 0
+#: each input's sample axis, by name; an input not named batches on axis 0, a scalar (0-d array) not at all
+Axes = Mapping[str, "int | None"]
 
 
-def _same_layout(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return a.keys() == b.keys() and all(a[k].shape[1:] == b[k].shape[1:] and a[k].dtype == b[k].dtype for k in a)
+def axis_of(name: str, array: Any, axes: Axes | None) -> int | None:
+    """The sample axis of input ``name`` (None: a scalar or constant, passed whole with every batch)."""
+    if getattr(array, "ndim", 0) == 0:
+        return None
+    axis = (axes or {}).get(name, 0)
+    return axis if axis is None or axis < array.ndim else None
 
 
-def _concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def take_rows(chunk: Mapping[str, Any], start: int, stop: int | None, axes: Axes | None = None) -> dict[str, Any]:
+    """Samples ``start:stop`` of every input, each on its own sample axis; scalars and constants whole."""
+    out = {}
+    for name, array in chunk.items():
+        axis = axis_of(name, array, axes)
+        if axis is None:
+            out[name] = array
+        else:
+            index = [slice(None)] * array.ndim
+            index[axis] = slice(start, stop)
+            out[name] = array[tuple(index)]
+    return out
+
+
+def count_rows(chunk: Mapping[str, Any], axes: Axes | None = None) -> int:
+    """Samples in a feed dict: the size of the first batched input's sample axis (1 if every input is a scalar)."""
+    for name, array in chunk.items():
+        axis = axis_of(name, array, axes)
+        if axis is not None:
+            return int(array.shape[axis])
+    return 1 if chunk else 0
+
+
+def concat_rows(parts: list[Mapping[str, Any]], axes: Axes | None = None) -> dict[str, Any]:
+    """Feed dicts joined on each input's sample axis (a scalar or constant is kept once)."""
     import numpy as np
 
     if len(parts) == 1:
-        return parts[0]
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return dict(parts[0])
+    out = {}
+    for name, first in parts[0].items():
+        axis = axis_of(name, first, axes)
+        out[name] = first if axis is None else np.concatenate([p[name] for p in parts], axis=axis)
+    return out
 
 
-def _rebatch(chunks: Iterable[Mapping[str, Any]], size: int) -> Iterator[dict[str, Any]]:
+_rows = count_rows
+
+
+def _same_layout(a: Mapping[str, Any], b: Mapping[str, Any], axes: Axes | None = None) -> bool:
+    def rest(name: str, array: Any) -> tuple:
+        axis = axis_of(name, array, axes)
+        return tuple(d for i, d in enumerate(array.shape) if i != axis)
+
+    return a.keys() == b.keys() and all(rest(k, a[k]) == rest(k, b[k]) and a[k].dtype == b[k].dtype for k in a)
+
+
+def _concat(parts: list[dict[str, Any]], axes: Axes | None = None) -> dict[str, Any]:
+    return concat_rows(parts, axes)
+
+
+def _rebatch(chunks: Iterable[Mapping[str, Any]], size: int, axes: Axes | None = None) -> Iterator[dict[str, Any]]:
     """Re-cut a stream of chunks into batches of ``size`` samples.
 
     Samples of different shapes (variable-length feeds from a Python
@@ -51,37 +98,39 @@ def _rebatch(chunks: Iterable[Mapping[str, Any]], size: int) -> Iterator[dict[st
     pending: list[dict[str, Any]] = []
     count = 0
     for chunk in chunks:
-        total, start = _rows(chunk), 0
+        total, start = _rows(chunk, axes), 0
         while start < total:
-            if pending and not _same_layout(pending[0], chunk):
-                yield _concat(pending)
+            if pending and not _same_layout(pending[0], chunk, axes):
+                yield _concat(pending, axes)
                 pending, count = [], 0
             take = min(size - count, total - start)
-            pending.append({k: v[start:start + take] for k, v in chunk.items()})
+            pending.append(take_rows(chunk, start, start + take, axes))
             count += take
             start += take
             if count == size:
-                yield _concat(pending)
+                yield _concat(pending, axes)
                 pending, count = [], 0
     if pending:
-        yield _concat(pending)
+        yield _concat(pending, axes)
 
 
-def _window(chunks: Iterable[Mapping[str, Any]], start: int, stop: int | None) -> Iterator[dict[str, Any]]:
+def _window(chunks: Iterable[Mapping[str, Any]], start: int, stop: int | None,
+            axes: Axes | None = None) -> Iterator[dict[str, Any]]:
     """Rows ``start:stop`` of a chunk stream, without reading past ``stop``."""
     offset = 0
     for chunk in chunks:
         if stop is not None and offset >= stop:
             return
-        total = _rows(chunk)
+        total = _rows(chunk, axes)
         lo, hi = max(start - offset, 0), total if stop is None else min(stop - offset, total)
         if lo < hi:
-            yield {k: v[lo:hi] for k, v in chunk.items()}
+            yield take_rows(chunk, lo, hi, axes)
         offset += total
 
 
 class Dataset:
-    """Samples keyed by input name; every array shares its first (sample) axis.
+    """Samples keyed by input name; every array shares its sample axis (the first, unless
+    :attr:`batch_axes` says otherwise for an input; scalars and constants go whole with every batch).
 
     Small sets hold their ``arrays`` in memory.  Big ones are *streamed*: the
     dataset keeps a zero-argument callable that yields chunks (feed dicts of a
@@ -102,6 +151,8 @@ class Dataset:
         #: the file each streamed chunk comes from, and each in-memory input's file, where known (for messages)
         self.chunk_names: list[str] | None = None
         self.array_files: dict[str, str] | None = None
+        #: each input's sample axis where it is not 0 or the input is a constant (set from the model's specs)
+        self.batch_axes: dict[str, int | None] = {}
 
     def __repr__(self) -> str:
         kind = "streamed" if self.streamed else "in memory"
@@ -116,10 +167,10 @@ class Dataset:
         """All samples as arrays (reads a streamed set whole, so only for small ones)."""
         if self._arrays is None:
             parts = list(self.chunks())
-            if any(not _same_layout(parts[0], p) for p in parts[1:]):
+            if any(not _same_layout(parts[0], p, self.batch_axes) for p in parts[1:]):
                 raise UsageError(f"{self.source}: samples differ in shape, so they cannot be stacked; "
                                  "read them with .batches()")
-            self._arrays = _concat(parts) if parts else {}
+            self._arrays = _concat(parts, self.batch_axes) if parts else {}
             self._chunks = None
         return self._arrays
 
@@ -139,9 +190,9 @@ class Dataset:
 
     def __len__(self) -> int:
         if self._arrays is not None:
-            return _rows(self._arrays)
+            return _rows(self._arrays, self.batch_axes)
         if self._length is None:
-            self._length = sum(_rows(c) for c in self.chunks())
+            self._length = sum(_rows(c, self.batch_axes) for c in self.chunks())
         return self._length
 
     def batches(self, batch_size: int = 1) -> Iterator[dict[str, np.ndarray]]:
@@ -150,9 +201,9 @@ class Dataset:
             raise ValueError("batch_size must be at least 1")
         if self._arrays is not None:
             for start in range(0, len(self), batch_size):
-                yield {name: array[start:start + batch_size] for name, array in self._arrays.items()}
+                yield take_rows(self._arrays, start, start + batch_size, self.batch_axes)
             return
-        yield from _rebatch(self.chunks(), batch_size)
+        yield from _rebatch(self.chunks(), batch_size, self.batch_axes)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """One feed dict per sample (batch axis of 1 kept)."""
@@ -162,13 +213,16 @@ class Dataset:
         """Samples ``start:stop`` as a new dataset (still streamed if this one is)."""
         labels = None if self.labels is None else self.labels[start:stop]
         if self._arrays is not None:
-            return Dataset({k: v[start:stop] for k, v in self._arrays.items()}, labels, self.source)
-        length = None
-        if self._length is not None:
-            end = self._length if stop is None else min(stop, self._length)
-            length = max(0, end - start)
-        return Dataset(labels=labels, source=self.source, length=length,
-                       chunks=lambda: _window(self.chunks(), start, stop))
+            part = Dataset(take_rows(self._arrays, start, stop, self.batch_axes), labels, self.source)
+        else:
+            length = None
+            if self._length is not None:
+                end = self._length if stop is None else min(stop, self._length)
+                length = max(0, end - start)
+            part = Dataset(labels=labels, source=self.source, length=length,
+                           chunks=lambda: _window(self.chunks(), start, stop, self.batch_axes))
+        part.batch_axes = dict(self.batch_axes)
+        return part
 
     def take(self, count: int) -> Dataset:
         """The first ``count`` samples (all of them if there are fewer)."""
@@ -197,7 +251,9 @@ def _check_chunk(chunk: Mapping[str, Any], inputs: Sequence[InputSpec], where: s
             if axis and isinstance(dim, int) and array.shape[axis] != dim:
                 raise UsageError(f"{where}: input {spec.name!r} has size {array.shape[axis]} on axis {axis}, "
                                  f"the model expects {dim} (model shape {list(spec.shape)})")
-    sizes = {spec.name: chunk[spec.name].shape[0] for spec in inputs}
+    axes = {spec.name: spec.batch_axis for spec in inputs}
+    sizes = {spec.name: chunk[spec.name].shape[axis] for spec in inputs
+             if (axis := axis_of(spec.name, chunk[spec.name], axes)) is not None}
     if len(set(sizes.values())) > 1:
         raise UsageError(f"{where}: inputs disagree on the number of samples ({sizes})")
 
@@ -221,8 +277,12 @@ def check_finite(chunk: Mapping[str, Any], inputs: Sequence[InputSpec], where: s
 
     for spec in inputs:
         array = chunk.get(spec.name)
-        if array is None or not np.issubdtype(array.dtype, np.floating) or array.ndim == 0:
+        if array is None or not np.issubdtype(array.dtype, np.floating):
             continue
+        if array.ndim == 0:
+            array = array.reshape(1)
+        elif (spec.batch_axis or 0) < array.ndim:
+            array = np.moveaxis(array, spec.batch_axis or 0, 0)   # a view: "sample N" counts on the sample axis
         rows = int(array.shape[0])
         row_bytes = max(1, array[:1].nbytes)
         step = max(1, FINITE_BLOCK_BYTES // row_bytes)
@@ -248,13 +308,14 @@ def validate(dataset: Dataset, inputs: Sequence[InputSpec], where: str) -> None:
     A streamed set is read once, chunk by chunk, so a bad sample is found
     before calibration starts rather than in the middle of it.
     """
+    dataset.batch_axes = {s.name: s.batch_axis for s in inputs if s.batch_axis != 0}
     if dataset.streamed:
         count = 0
         for index, chunk in enumerate(dataset.chunks()):
             _check_chunk(chunk, inputs, f"{where} (chunk {index + 1})" if index else where)
             names = dataset.chunk_names
             check_finite(chunk, inputs, names[index] if names and index < len(names) else where, count)
-            count += _rows(chunk)
+            count += _rows(chunk, dataset.batch_axes)
         dataset._length = count
     elif len(dataset):
         _check_chunk(dataset.arrays, inputs, where)
@@ -268,6 +329,7 @@ def validate(dataset: Dataset, inputs: Sequence[InputSpec], where: str) -> None:
 def _only_inputs(dataset: Dataset, inputs: Sequence[InputSpec]) -> Dataset:
     """Keep the model's inputs only (in the model's order): extra entries would make onnxruntime fail."""
     wanted = [s.name for s in inputs]
+    dataset.batch_axes = {s.name: s.batch_axis for s in inputs if s.batch_axis != 0}
     if not dataset.streamed:
         dataset.arrays = {name: dataset.arrays[name] for name in wanted}
         return dataset

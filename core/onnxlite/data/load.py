@@ -14,7 +14,9 @@ Formats:
 * a folder of images for a single image input (see :mod:`onnxlite.data.images`);
 * a ``.txt`` file, one sentence a line, with ``tokenizer=FOLDER`` (see :mod:`onnxlite.data.text`);
 * a Python reference ``file.py:name`` to an iterable (or a zero-argument
-  callable returning one) of feed dicts, batch axis included.
+  callable returning one) of feed dicts, as ``InferenceSession.run`` takes them:
+  each input with its sample axis (not always the first: see
+  :attr:`onnxlite.inputs.InputSpec.batch_axis`), scalars as they are.
 
 Options (``--calibration-option key=value``) are declared in :data:`DATA_OPTIONS`.
 """
@@ -152,14 +154,9 @@ def _as_feed(item: Any, ref: str, index: int) -> dict[str, Any]:
     if not isinstance(item, Mapping):
         raise UsageError(f"{ref}: item {index + 1} is a {type(item).__name__}, "
                          "expected a dict of input name -> array (batch axis included)")
-    feed = {}
-    for key, value in item.items():
-        array = np.asarray(value)
-        if array.ndim == 0:
-            raise UsageError(f"{ref}: item {index + 1}: entry {key!r} is a scalar; "
-                             "feeds need a batch axis (shape [n, ...])")
-        feed[str(key)] = array
-    return feed
+    # What InferenceSession.run takes: arrays with their sample axis where the model has one (a state
+    # [2, n, 128] batches on axis 1), and scalars (a sample rate) as they are.
+    return {str(key): np.asarray(value) for key, value in item.items()}
 
 
 def _load_python(ref: str) -> Dataset:

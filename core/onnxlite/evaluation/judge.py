@@ -46,6 +46,12 @@ class ReferenceRun:
     name: str
     framework: str
     path: str | None = None
+    #: inputs whose sample axis is not 0 (a state [2, batch, 128]: 1), or None for scalars and constants
+    batch_axes: dict[str, int | None] = field(default_factory=dict)
+    #: outputs whose sample axis is not 0 in the model's own layout (the judge holds them batch-first)
+    output_axes: dict[str, int | None] = field(default_factory=dict)
+    #: the most samples the model takes at once (a fixed batch axis), or None
+    batch_cap: int | None = None
 
 
 @dataclass
@@ -77,24 +83,58 @@ def _clean(values: Mapping[str, float]) -> dict[str, float | None]:
     return {k: (None if v is None or not math.isfinite(v) else float(v)) for k, v in values.items()}
 
 
-def _concat(parts: list[Mapping[str, np.ndarray]], what: str) -> dict[str, np.ndarray]:
+def _concat(parts: list[Mapping[str, np.ndarray]], what: str,
+            axes: Mapping[str, int | None] | None = None) -> dict[str, np.ndarray]:
+    """Batches joined on each array's sample axis (``axes``: those not on 0; None keeps a scalar once)."""
     import numpy as np
+
+    from ..data.dataset import axis_of
 
     if not parts:
         return {}
     out = {}
     for name in parts[0]:
         arrays = [p[name] for p in parts]
-        if any(a.shape[1:] != arrays[0].shape[1:] for a in arrays):
-            raise UsageError(f"{what} {name!r}: batches differ in shape beyond the first axis "
+        axis = axis_of(name, arrays[0], axes)
+        if axis is None:
+            out[name] = arrays[0]
+            continue
+        rest = {tuple(d for i, d in enumerate(a.shape) if i != axis) for a in arrays}
+        if len(rest) > 1:
+            raise UsageError(f"{what} {name!r}: batches differ in shape beyond the sample axis "
                              f"({sorted({a.shape for a in arrays})}); give samples padded to one length")
-        out[name] = np.concatenate(arrays, axis=0)
+        out[name] = np.concatenate(arrays, axis=axis)
     return out
 
 
-def _split_batches(feeds: Mapping[str, np.ndarray], batch_size: int) -> list[dict[str, np.ndarray]]:
-    total = next(iter(feeds.values())).shape[0] if feeds else 0
-    return [{k: v[i:i + batch_size] for k, v in feeds.items()} for i in range(0, total, batch_size)]
+def _split_batches(feeds: Mapping[str, np.ndarray], batch_size: int,
+                   axes: Mapping[str, int | None] | None = None) -> list[dict[str, np.ndarray]]:
+    from ..data.dataset import count_rows, take_rows
+
+    total = count_rows(feeds, axes) if feeds else 0
+    return [take_rows(feeds, i, i + batch_size, axes) for i in range(0, total, batch_size)]
+
+
+def output_axes(outputs: Mapping[str, np.ndarray], rows: int) -> dict[str, int | None]:
+    """Outputs whose sample axis is not 0, found on one batch of ``rows`` samples (a state [2, rows, 128]: 1).
+
+    Axis 0 is kept whenever it matches, so batch-first outputs never move.
+    """
+    found: dict[str, int | None] = {}
+    for name, array in outputs.items():
+        shape = getattr(array, "shape", ())
+        if not shape:
+            found[name] = None
+        elif shape[0] != rows and rows in shape:
+            found[name] = list(shape).index(rows)
+    return found
+
+
+def batch_first(outputs: Mapping[str, np.ndarray], axes: Mapping[str, int | None]) -> dict[str, np.ndarray]:
+    """Outputs with their sample axis first, as metrics and intervals read them (scalars as they are)."""
+    import numpy as np
+
+    return {k: (np.moveaxis(v, axes[k], 0) if axes.get(k) else v) for k, v in outputs.items()}
 
 
 class Judge:
@@ -165,13 +205,23 @@ class Judge:
         ``lighten`` runs it on the loaded source before exporting, and builds the
         judge with :meth:`from_run` once the exported model names the outputs.
         """
+        from ..data.dataset import count_rows
+
         ref = ReferenceModel.load(reference, framework, source_options, settings, inputs)
         specs = ref.specs(candidate)
+        axes = {s.name: s.batch_axis for s in specs if s.batch_axis != 0}
+        # a fixed batch axis (an Ultralytics export's 1) caps every batch the judge runs
+        fixed = [s.shape[s.batch_axis] for s in specs if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
+        cap = min(fixed) if fixed else None
+        batch_size = min(batch_size, cap) if cap else batch_size
         batches, labels, description = _prepare_data(data, specs, data_options, samples, batch_size, seq_len, seed)
         say = progress or (lambda _msg: None)
         say(f"running the {ref.framework} reference on {description}")
-        outputs = _concat([ref.run(b) for b in batches], "reference output")
-        return ReferenceRun(outputs, _concat(batches, "input"), labels, description, ref.name, ref.framework, ref.path)
+        raw = [ref.run(b) for b in batches]
+        found = output_axes(raw[0], count_rows(batches[0], axes)) if raw else {}
+        outputs = _concat([batch_first(o, found) for o in raw], "reference output")
+        return ReferenceRun(outputs, _concat(batches, "input", axes), labels, description, ref.name, ref.framework,
+                            ref.path, batch_axes=axes, output_axes=found, batch_cap=cap)
 
     @classmethod
     def from_run(cls, run: ReferenceRun, candidate: str | os.PathLike[str] | None = None, *,
@@ -183,6 +233,9 @@ class Judge:
                     max_drop=max_drop, primary=primary, settings=settings, batch_size=batch_size)
         judge.reference_name = run.name
         judge.framework = run.framework
+        judge.batch_axes, judge.output_axes = dict(run.batch_axes), dict(run.output_axes)
+        if run.batch_cap:
+            judge.batch_size = min(judge.batch_size, run.batch_cap)
         judge.data_description = run.description
         judge.reference_path = run.path
         return judge
@@ -191,10 +244,21 @@ class Judge:
     framework: str = "onnx"
     data_description: str = ""
     reference_path: str | None = None
+    #: inputs whose sample axis is not 0 (None: scalars and constants), and outputs likewise
+    batch_axes: Mapping[str, int | None] = {}
+    output_axes: Mapping[str, int | None] = {}
 
     @property
     def samples(self) -> int:
-        return int(next(iter(self.feeds.values())).shape[0]) if self.feeds else 0
+        from ..data.dataset import count_rows
+
+        return count_rows(self.feeds, self.batch_axes) if self.feeds else 0
+
+    def first_feeds(self, count: int) -> dict[str, np.ndarray]:
+        """The first ``count`` samples' feeds, each input cut on its own sample axis (for benchmarks)."""
+        from ..data.dataset import take_rows
+
+        return take_rows(self.feeds, 0, count, self.batch_axes)
 
     def context(self, output: str) -> MetricContext:
         return MetricContext(output=output, feeds=self.feeds, labels=self.labels,
@@ -206,9 +270,9 @@ class Judge:
 
         session = create_session(path, self.settings)
         outputs = []
-        for batch in _split_batches(self.feeds, self.batch_size):
+        for batch in _split_batches(self.feeds, self.batch_size, self.batch_axes):
             try:
-                outputs.append(run_session(session, batch))
+                outputs.append(batch_first(run_session(session, batch), self.output_axes))
             except UsageError as exc:
                 raise UsageError(f"{path}: {exc}") from None
             except Exception as exc:

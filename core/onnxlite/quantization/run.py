@@ -155,7 +155,7 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
              strategy: str = "dynamic", calibration: Any = None,
              calibration_options: Mapping[str, Any] | None = None, *,
              check: bool = True, on_warning: Callable[[str], None] | None = None, force: bool = False,
-             **options: Any) -> QuantizeResult:
+             check_data: Any = None, **options: Any) -> QuantizeResult:
     """Quantize ``model`` with ``strategy`` and write ``output`` (default ``<stem>.<strategy>.onnx``).
 
     ``options`` are the strategy's own options, as Python values or strings
@@ -165,10 +165,11 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
     for strategies that need one.  ``check`` runs the input and the output on a
     padded batch of two and refuses outputs that do not run or give non-finite
     or differently shaped results; the cosine it saw goes in ``details["check"]``.
-    An existing ``output`` is replaced only with ``force=True``.
+    An existing ``output`` is replaced only with ``force=True``.  The check runs on the first samples of
+    ``check_data`` (a data path or Dataset), else of the calibration data, else on generated samples.
     """
     return run_quantize(model, output, strategy, options, calibration, calibration_options,
-                        check=check, on_warning=on_warning, force=force)
+                        check=check, on_warning=on_warning, force=force, check_data=check_data)
 
 
 def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, values: Mapping[str, Any],
@@ -190,11 +191,68 @@ def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, 
     return checked.to_dict() | {"message": message}
 
 
+def _normalize_copy(given: Path, spec: QuantizerSpec, values: Mapping[str, Any],
+                    warn: Callable[[str], None]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Normalise the strategy's private copy (:mod:`onnxlite.normalize`) before it runs, and say so.
+
+    Paddle2ONNX keeps its weights in ``Constant`` nodes, which every onnxruntime quantizer passes over
+    in silence; opset 12 cannot hold per-channel ``DequantizeLinear``.  When the opset stays too old,
+    a strategy's ``per_channel`` option is turned off (per tensor), and the warning says so.
+    """
+    from ..normalize import normalize_file
+
+    values = dict(values)
+    done = normalize_file(given)
+    if done is None:
+        return None, values
+    record: dict[str, Any] = {"lifted_constants": done.lifted_constants, "opset_before": done.opset_before,
+                              "opset_after": done.opset_after, "per_channel_ok": done.per_channel_ok,
+                              "summary": done.summary()}
+    if not done.per_channel_ok and "per_channel" in {o.name for o in spec.options} \
+            and values.get("per_channel") is not False:
+        values["per_channel"] = False
+        record["per_channel_fallback"] = True
+        warn(f"{spec.name}: per_channel off (per tensor): the model's opset {done.opset_before} "
+             f"cannot hold per-channel DequantizeLinear and onnx's version converter could not raise it")
+    return record, values
+
+
+#: samples of the user's calibration data the smoke check runs on (their shapes are the ones the model takes)
+CHECK_SAMPLES = 2
+
+
+def _load_check_data(data: Any, proto: onnx.ModelProto) -> Any:
+    if not isinstance(data, (str, os.PathLike)):
+        return data
+    from ..data import load_data
+    from ..inputs import specs_from_onnx
+
+    return load_data(data, specs_from_onnx(proto))
+
+
+def _check_samples(feeds: Any, proto: onnx.ModelProto) -> dict[str, np.ndarray] | None:
+    """The first samples of the calibration data as one feed dict, or None (the check generates samples).
+
+    As many as the model takes at once: a fixed batch axis (an Ultralytics export's 1) sets the count.
+    """
+    if feeds is None:
+        return None
+    from ..inputs import specs_from_onnx
+
+    fixed = [s.shape[0] for s in specs_from_onnx(proto) if s.shape and isinstance(s.shape[0], int)]
+    dataset = getattr(feeds, "dataset", feeds)
+    try:
+        batches = dataset.batches(min([CHECK_SAMPLES, *fixed]))
+        return next(iter(batches))
+    except (AttributeError, StopIteration, TypeError):
+        return None
+
+
 def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None, strategy_name: str,
                  options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
                  calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
                  on_warning: Callable[[str], None] | None = None, option_flag: str = "--option",
-                 force: bool = False) -> QuantizeResult:
+                 force: bool = False, check_data: Any = None) -> QuantizeResult:
     """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
     from ..atomic import check_writable, scratch_dir
     from ..modelio import (check_exists, check_model, external_data_files, load_model, model_size, private_copy,
@@ -233,6 +291,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         # onnxruntime's quantizers write "<model>-inferred.onnx" beside the model they are given: the strategy
         # gets a private copy in the scratch folder, so nothing ever lands beside the user's input.
         given = private_copy(source, work / "input")
+        normalized, values = _normalize_copy(given, spec, values, warn)
         context = QuantizeContext(calibration=feeds, workdir=work, warn=warn)
         started = time.perf_counter()
         try:
@@ -247,11 +306,15 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         if not produced.exists():
             raise OnnxliteError(f"strategy {spec.name!r} wrote no model (expected {produced.name} in its workdir)")
         details = dict(outcome.details)
-        details["claims"] = _check_claims(proto, produced, spec, values, outcome, warn)
+        if normalized is not None:
+            details["normalized"] = normalized
+        claims_source = proto if normalized is None else load_model(given, load_external_data=False)
+        details["claims"] = _check_claims(claims_source, produced, spec, values, outcome, warn)
         if check:
             from .smoke import smoke_check
 
-            details["check"] = smoke_check(source, produced, spec, warn, proto)
+            samples = _check_samples(_load_check_data(check_data, proto) if check_data is not None else feeds, proto)
+            details["check"] = smoke_check(source, produced, spec, warn, proto, samples=samples)
         metadata = {STRATEGY_KEY: spec.name, STRATEGY_OPTIONS_KEY: json.dumps(_plain_options(values), sort_keys=True)}
         publish_model(produced, target, external_data=True if had_external else None, metadata=metadata)
 
@@ -259,6 +322,8 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     return QuantizeResult(
         path=target, strategy=spec.name, options=dict(values), size_before=size_before,
         size_after=model_size(target), quantized_ops=quantized_ops(out_proto),
-        excluded_nodes=list(outcome.excluded_nodes), seconds=round(seconds, 3), notes=list(outcome.notes),
+        excluded_nodes=list(outcome.excluded_nodes), seconds=round(seconds, 3),
+        notes=([f"normalised first: {normalized['summary']}"] if normalized and normalized["summary"] else [])
+        + list(outcome.notes),
         warnings=warnings, details=details, source=source,
     )

@@ -30,12 +30,17 @@ def _sample_feeds(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callable[[str], None],
-                source_proto: onnx.ModelProto | None = None) -> dict[str, Any]:
+                source_proto: onnx.ModelProto | None = None,
+                samples: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Run input and output on the same padded batch of two; refuse outputs that cannot be right.
 
     This is not the accuracy verdict (``compare`` and ``lighten`` own that,
     with real data and budgets): it catches models that do not load, that
-    change output shapes, or that produce NaN/inf.
+    change output shapes, or that produce NaN/inf.  ``samples`` (the user's
+    data, whose shapes the model takes) replace the generated batch: a detector
+    whose graph needs particular image sizes fails on invented ones.  When the
+    *input* model itself fails on generated samples, the strategy is not to
+    blame: the check is skipped with a warning that asks for real data.
     """
     import numpy as np
     import onnxruntime as ort
@@ -47,7 +52,8 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
     options = ort.SessionOptions()
     options.log_severity_level = 3
     reference_session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-    feeds = _sample_feeds(source_proto or load_model(source, load_external_data=False))
+    generated = samples is None
+    feeds = _sample_feeds(source_proto or load_model(source, load_external_data=False)) if generated else samples
     try:
         session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
@@ -56,9 +62,20 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
             warn(f"the {spec.name} model does not load on the CPU provider here ({reason}); it targets GPUs")
             return {"ran": False, "reason": reason}
         raise VerificationError(f"strategy {spec.name!r} produced a model onnxruntime cannot load: {reason}") from None
-    reference = run_session(reference_session, feeds)
+    try:
+        reference = run_session(reference_session, feeds)
+    except Exception as exc:
+        if not generated:
+            raise
+        shapes = ", ".join(f"{n}{list(a.shape)}" for n, a in feeds.items())
+        reason = f"the input model itself fails on generated samples {shapes} ({one_line(exc, 200)})"
+        warn(f"smoke check skipped: {reason}; give calibration data (or check data) of the sizes it takes")
+        return {"ran": False, "reason": reason}
     candidate = run_session(session, feeds)
-    result: dict[str, Any] = {"ran": True, "batch": 2, "padded": True, "outputs": {}}
+    first = next(iter(feeds.values()), None)
+    result: dict[str, Any] = {"ran": True, "batch": int(first.shape[0]) if getattr(first, "ndim", 0) else 1,
+                              "padded": generated, "samples": "generated" if generated else "user data",
+                              "outputs": {}}
     for name, ref in reference.items():
         if name not in candidate:
             raise VerificationError(f"strategy {spec.name!r} lost output {name!r}")

@@ -73,6 +73,12 @@ def _plugin_skip_reason(spec: Any, model: Any) -> str | None:
         return None
 
 
+def _ops_present(options: Mapping[str, Any], ops: set[str]) -> bool:
+    """A grid entry limited to op types (``op_types=Conv``) the model lacks would quantize nothing: not tried."""
+    wanted = options.get("op_types")
+    return not wanted or bool(set(wanted) & ops)
+
+
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
                      provider: str = "cpu") -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
@@ -80,7 +86,9 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
     ``strategies`` limits the search to those names (then a GPU-only strategy
     or one that does not match the graph family is tried anyway, because the
     user asked for it).  A strategy that needs calibration data is skipped
-    when there is none, with the reason.
+    when there is none, with the reason.  GPU-minded strategies (fp16) are tried
+    on the CPU too: they are cheap, halve the size, and on recurrent or
+    mixed-range models they keep answers that int8 loses (issue 12).
     """
     from ..graph_family import as_model, matches, model_family
     from ..registry import get_registry
@@ -88,6 +96,7 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
     registry = get_registry()
     model = as_model(model)   # once, for the family and for the plugins' own checks
     family = model_family(model)
+    ops = {n.op_type for n in model.graph.node}
     wanted = list(dict.fromkeys(strategies)) if strategies else None
     entries = [registry.get("quantizer", name) for name in wanted] if wanted else registry.all("quantizer")
     found: list[Candidate] = []
@@ -100,8 +109,6 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
         if reason is None and not wanted and set(spec.avoid) & family:
             reason = (f"its plugin marks it unsuited to {', '.join(sorted(set(spec.avoid) & family))} graphs; "
                       "name it in --strategies to try it anyway")
-        if reason is None and not wanted and spec.gpu_only_gain and provider == "cpu":
-            reason = "mainly pays off on GPU providers; name it in --strategies to try it on the CPU"
         if reason is None and not wanted and spec.skip_reason is not None:
             reason = _plugin_skip_reason(spec, model)
         if reason is None and spec.needs_calibration and not has_calibration:
@@ -112,7 +119,7 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
         seen = set()
         for options in spec.grid or ({},):
             key = json.dumps(dict(options), sort_keys=True, default=str)
-            if key in seen:
+            if key in seen or not _ops_present(options, ops):
                 continue
             seen.add(key)
             found.append(Candidate(candidate_name(spec.name, options), spec.name, dict(options)))

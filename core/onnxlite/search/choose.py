@@ -98,3 +98,35 @@ def latency_margin(row: CandidateRow) -> float:
     p50, p90 = latency.get("p50"), latency.get("p90")
     spread = (p90 - p50) / p50 if p50 and p90 and p90 > p50 else 0.0
     return max(LATENCY_TIE, min(spread, 0.25))
+
+
+def no_winner_message(rows: Sequence[CandidateRow], baseline_size: int | None, partial_tried: bool = False,
+                      notes: Sequence[str] = ()) -> str:
+    """Why nothing won, as it happened: over the budget, within it but not lighter, or failed before judging.
+
+    "No candidate stayed within the accuracy budget" is said only when that is true: on a model whose
+    weights no quantizer found (Paddle2ONNX's ``Constant`` nodes), every candidate was within the budget
+    at 1.00x, and the old message blamed accuracy.
+    """
+    over = [r for r in rows if r.over_budget]
+    not_lighter = [r for r in rows if r.status == "rejected" and not r.over_budget]
+    failed = [r for r in rows if r.status == "failed"]
+    parts = []
+    if over:
+        parts.append(f"{len(over)} over the accuracy budget"
+                     + (", even with the worst nodes kept in float" if partial_tried else ""))
+    if not_lighter:
+        smallest = min((r.size_bytes for r in not_lighter if r.size_bytes), default=None)
+        size = f"; the smallest is {smallest / baseline_size:.2f}x fp32's size" if smallest and baseline_size else ""
+        parts.append(f"{len(not_lighter)} within the budget but not lighter than fp32{size}")
+    if failed:
+        parts.append(f"{len(failed)} failed before they could be judged")
+    if over and not not_lighter and not failed:
+        head = "nothing qualifies: no candidate stayed within the accuracy budget" + (
+            ", even with the worst nodes kept in float" if partial_tried else "")
+    elif not_lighter and not over and not failed:
+        head = "nothing qualifies: every candidate stayed within the accuracy budget, but none is lighter than fp32"
+        head += parts[0][parts[0].index(";"):] if ";" in parts[0] else ""
+    else:
+        head = "nothing qualifies: " + ", ".join(parts) if parts else "nothing qualifies: no candidate was judged"
+    return head + "; see the report for how far each one was" + "".join(f"; {note}" for note in notes)

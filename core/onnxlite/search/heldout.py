@@ -56,3 +56,20 @@ def _write_calibration(dataset: Any, target: Path) -> Path:
     arrays = dict(dataset.arrays)
     np.savez(target, **arrays)
     return target
+
+
+#: held-out samples the export check runs on when the user gave data
+EXPORT_SAMPLES = 4
+
+
+def export_samples(held_out: Any, specs: Sequence[Any]) -> Any:
+    """The first held-out samples, for the export check; None when the data is generated.
+
+    The user's data holds the sizes the model really takes: a detector whose graph needs
+    particular image sizes fails on invented ones (``Add ... broadcast``).  A fixed batch axis
+    (an Ultralytics export's 1) caps the count.
+    """
+    if held_out is None:
+        return None
+    fixed = [s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], int)]
+    return held_out.take(min([EXPORT_SAMPLES, *fixed]))

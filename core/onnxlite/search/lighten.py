@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..normalize import normalize_file
 from ..figures import MEASURED, copy_figures, figures_of
 from ..stats import DEFAULT_CONFIDENCE
-from .choose import deciding_objective, pick_winner
-from .heldout import _hf_tokenizer_default, _split_data, _write_calibration
+from .choose import deciding_objective, no_winner_message, pick_winner
+from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
 from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
 
 if TYPE_CHECKING:
@@ -189,9 +190,12 @@ class _Search:
 
         self.emit("stage", {"message": "exporting and verifying against the source"})
         self.exported = export(self.source, self.work / "fp32.onnx", opset=opset, exporter=exporter,
-                               settings=self.settings, loaded=self.loaded,
+                               settings=self.settings, loaded=self.loaded, samples=export_samples(self.data.held_out, self.specs),
                                on_step=lambda msg: self.emit("step", {"message": msg}))
         self.fp32 = Path(self.exported.path)
+        if (done := normalize_file(self.fp32)) and done.summary():   # once per model, before family and candidates
+            self.notes.append(f"normalised before quantizing: {done.summary()}")
+            self.emit("note", {"message": self.notes[-1]})
         self.judge: Judge = Judge.from_run(self.reference, self.fp32, metrics=metrics, max_drop=max_drop,
                                            settings=self.settings)
         if not self.judge.budgets:
@@ -242,6 +246,7 @@ class _Search:
         return {"candidate": candidate.to_dict(), "model": str(self.fp32),
                 "output": str(self.work / "candidates" / f"candidate{index}.onnx"),
                 "calibration": str(self.calibration_file) if spec.needs_calibration and self.calibration_file else None,
+                "check_data": str(self.calibration_file) if self.calibration_file else None,
                 "judge": str(self.judge_dir), "settings": settings}
 
     # 3 + 4. quantize and judge, each candidate in its own process
@@ -297,7 +302,7 @@ class _Search:
             return
         samples = self.judge.samples
         size = max(1, min(batch or 32, samples))
-        feeds = {k: v[:size] for k, v in self.judge.feeds.items()}
+        feeds = self.judge.first_feeds(size)
         self.bench_batch = size
         self.emit("stage", {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
         models = [self.baseline] + survivors
@@ -342,9 +347,7 @@ class _Search:
                 message += (f"; judged by measured drop, not at {self.evidence['confidence']:.0%} confidence: the "
                             f"held-out data cannot resolve the budget (see the report); ranked by {rank}")
         else:
-            message = ("nothing qualifies: no candidate stayed within the accuracy budget"
-                       + (", even with the worst nodes kept in float" if self.partial and self.partial.get("tried") else "")
-                       + "; see the report for how far each one was")
+            message = no_winner_message(self.rows, self.baseline.size_bytes, bool((self.partial or {}).get("tried")), self.notes)
         return LightenResult(
             output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows,
             skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],

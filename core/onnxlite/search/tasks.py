@@ -71,6 +71,7 @@ def save_judge(judge: Judge, folder: Path) -> Path:
               "primary": judge.primary, "budgets": judge.budgets, "batch_size": judge.batch_size,
               "confidence": judge.confidence, "estimate_only": list(judge.estimate_only),
               "extra_intervals": list(judge.extra_intervals),
+              "batch_axes": dict(judge.batch_axes), "output_axes": dict(judge.output_axes),
               "parts": {"select": list(judge.parts.select), "confirm": list(judge.parts.confirm)} if judge.parts else None}
     (folder / "judge.json").write_text(json.dumps(config, indent=2))
     return folder
@@ -92,6 +93,7 @@ def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
     judge.confidence = config.get("confidence")
     judge.estimate_only = tuple(config.get("estimate_only") or ())
     judge.extra_intervals = tuple(config.get("extra_intervals") or ())
+    judge.batch_axes, judge.output_axes = config.get("batch_axes") or {}, config.get("output_axes") or {}
     if config.get("parts"):
         from ..evaluation.intervals import Parts
 
@@ -116,7 +118,7 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
         # quantize gives the strategy its own copy of the model (onnxruntime writes beside its input), so
         # tasks running at once on the one float model never trample each other.
         quantized = quantize(Path(task["model"]), output, candidate["strategy"], calibration=task.get("calibration"),
-                             force=True, **candidate["options"])
+                             force=True, check_data=task.get("check_data"), **candidate["options"])
         result.path = str(quantized.path)
         result.size_bytes = quantized.size_after   # kept when judging fails
         result.quantize = {k: v for k, v in quantized.to_dict().items() if k not in {"path", "source"}}

@@ -27,6 +27,62 @@ METHODS = ("MinMax", "Entropy", "Percentile", "Distribution")
 #: shorter last batch (or samples of different lengths) breaks them: feed one sample at a time.
 HISTOGRAM_METHODS = frozenset({"Entropy", "Percentile", "Distribution"})
 TYPES = {"int8": "QInt8", "uint8": "QUInt8", "int16": "QInt16", "uint16": "QUInt16"}
+#: calibration may hold at most this share of the memory available: lighten runs candidates side by side
+CALIBRATION_MEMORY_SHARE = 0.25
+
+
+def activation_bytes(proto: Any, feed: Mapping[str, Any]) -> int | None:
+    """Bytes of every intermediate tensor of one calibration batch: onnx's shape inference at ``feed``'s sizes.
+
+    The calibrator keeps all of them for every sample of a stride (a 4.7 MB detector at 480x640
+    reached 8.8 GB on 8 images, issue 12), so this sets how many samples a stride may hold.
+    """
+    import onnx
+    from onnx import helper, shape_inference
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    for value in model.graph.input:
+        shape = getattr(feed.get(value.name), "shape", None)
+        dims = value.type.tensor_type.shape.dim
+        if shape is not None and len(dims) == len(shape):
+            for dim, size in zip(dims, shape):
+                dim.Clear()
+                dim.dim_value = int(size)
+    try:
+        inferred = shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:   # noqa: BLE001 - an estimate only: without it calibration runs unbounded, as before
+        return None
+    total = 0
+    for value in [*inferred.graph.value_info, *inferred.graph.output]:
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape") or not tensor.elem_type:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tensor.shape.dim]
+        if all(dims):
+            count = 1
+            for d in dims:
+                count *= d
+            total += count * helper.tensor_dtype_to_np_dtype(tensor.elem_type).itemsize
+    return total or None
+
+
+def _memory_bound(prepared_proto: Any, calibration: Any, batch_size: int, chunk: int) -> tuple[int, int, dict | None]:
+    """``batch_size`` and stride (samples) lowered so one stride's activations fit the memory available."""
+    from onnxlite.inputs import available_memory
+
+    try:
+        first = next(iter(calibration.batches(1)))
+    except Exception:   # noqa: BLE001 - not a Dataset: no estimate
+        return batch_size, chunk, None
+    per_sample, available = activation_bytes(prepared_proto, first), available_memory()
+    if not per_sample or not available:
+        return batch_size, chunk, None
+    # the calibrator keeps a stride's outputs while onnxruntime's arena holds one batch's: twice per sample
+    fits = max(1, int(available * CALIBRATION_MEMORY_SHARE // (2 * per_sample)))
+    record = {"activation_bytes_per_sample": per_sample, "available_bytes": available, "samples_at_once": fits,
+              "limited": fits < max(batch_size, chunk)}
+    return min(batch_size, fits), min(chunk, fits), record
 
 OPTIONS = (
     Option("format", str, "QDQ", "QDQ (Quantize/DequantizeLinear pairs, fastest on CPU) or QOperator "
@@ -94,9 +150,15 @@ class StaticQuantizer:
             fixed_batch = any(isinstance(d, int) for d in first_dims)
             batch_size = 1 if (histogram or fixed_batch) else max(1, int(opts["calibration_batch_size"]))
             samples = max(0, int(opts["calibration_samples"]))
+            batch_size, chunk, memory = _memory_bound(prepared_proto, context.calibration, batch_size,
+                                                      max(1, int(opts["chunk"])))
+            if memory and memory["limited"]:
+                context.warn(f"static: calibration holds {memory['samples_at_once']} sample(s) at once (about "
+                             f"{memory['activation_bytes_per_sample'] / 2**20:.0f} MB of activations each, "
+                             f"{memory['available_bytes'] / 2**30:.1f} GB available)")
             reader = CalibrationReader(context.calibration, batch_size, samples, uniform=histogram,
                                        names=[s.name for s in specs])
-            chunk_batches = max(1, int(opts["chunk"]) // batch_size)
+            chunk_batches = max(1, chunk // batch_size)
             batches = len(reader)
             if batches == 0:
                 raise UsageError("static: the calibration data has no samples")
@@ -156,6 +218,7 @@ class StaticQuantizer:
             "activation_type": opts["activation_type"], "weight_type": opts["weight_type"],
             "calibration_samples": reader.samples_seen,
             "calibration_batch_size": batch_size,
+            "calibration_memory": memory,
         }
         if method == "Percentile":
             outcome.details["percentile"] = float(opts["percentile"])
@@ -183,5 +246,9 @@ def register_quantizers():
             {"method": "Percentile", "per_channel": True, "format": "QDQ"},
             # QOperator stores fewer scale/zero-point tensors (smaller on small CNNs) and runs fast on CPU.
             {"method": "MinMax", "per_channel": True, "format": "QOperator"},
+            # Convolutions only: a detector head that concatenates box pixels with class scores, or an
+            # LSTM after a Conv front end, loses its answers when those activations share one int8 scale
+            # (YOLOv8n's detection F1 0.00 with every op; 0.84 with Conv only, issue 12).
+            {"method": "MinMax", "per_channel": True, "format": "QDQ", "op_types": ("Conv",)},
         ),
     )]
