@@ -32,12 +32,15 @@ def test_every_command_says_batch_and_compare_keeps_the_old_spelling_hidden(tmp_
         assert "--batch " in text and "--batch-size" not in text, command
     model = write_gemm_head(tmp_path / "m.onnx")
 
-    def samples(*flags: str) -> str:
+    def run(*flags: str) -> dict:
         result = run_cli("compare", str(model), str(model), "--samples", "4", *flags, "--json")
         assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)["data"]
+        return json.loads(result.stdout)
 
-    # Generated samples come in whole batches, so the batch size shows in the count.
-    assert samples("--batch", "3") == samples("--batch-size", "3") != samples()
+    # Both spellings set the batch; --samples 4 generates exactly 4 samples whatever the batch
+    # (it once made whole batches: 6 with --batch 3, 8 by default).
+    new, old, default = run("--batch", "3"), run("--batch-size", "3"), run()
+    assert new["settings"]["batch_size"] == old["settings"]["batch_size"] == 3 != default["settings"]["batch_size"]
+    assert new["samples"] == old["samples"] == default["samples"] == 4
     bad = run_cli("compare", str(model), str(model), "--batch", "0")
     assert bad.returncode == 2 and "--batch" in bad.stderr and "Traceback" not in bad.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +17,9 @@ def console(stderr: bool = False):
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    # Pipes and CI logs get a wide, fixed width rather than rich's 80 columns, so tables stay readable.
-    width = None if stream.isatty() else 160
+    # Pipes and CI logs get a wide, fixed width rather than rich's 80 columns, so tables stay readable;
+    # COLUMNS, when set, says how wide the reader's screen really is.
+    width = None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
@@ -53,6 +55,25 @@ def session_options(f: Callable) -> Callable:
     f = click.option("--provider", default="cpu", show_default=True, metavar="NAME",
                      help="Execution provider plugin (`onnxlite plugins --kind providers` lists them).")(f)
     return f
+
+
+def source_options(what: str = "SOURCE") -> Callable[[Callable], Callable]:
+    """``--framework``, ``--model-class``, ``--input`` and ``--option``: the same four flags, names and metavars
+    on every command that loads a source (export, compare, lighten and its --recipe replay)."""
+    def decorate(f: Callable) -> Callable:
+        f = click.option("--option", "framework_options", multiple=True, metavar="KEY=VALUE",
+                         help=f"A framework plugin option for loading {what} (repeatable), e.g. "
+                              "signature=serving_default for a SavedModel; `onnxlite plugins --json` lists them.")(f)
+        f = click.option("--input", "inputs", multiple=True, metavar="NAME:DTYPE[dims]",
+                         help=f"An input of {what}, e.g. input_ids:int64[batch,seq]; named dims are dynamic axes. "
+                              "Repeat per input (default: derived from the model).")(f)
+        f = click.option("--model-class", "model_class", default=None, metavar="MODULE:CLASS",
+                         help=f"The nn.Module class when {what} is a PyTorch state dict (models.py:Net).")(f)
+        f = click.option("--framework", default="auto", show_default=True, metavar="NAME",
+                         help=f"Framework plugin that loads {what} (pytorch, tensorflow, onnx...); auto works "
+                              "it out from the path.")(f)
+        return f
+    return decorate
 
 
 def session_settings(provider: str, threads: int | None, graph_optimization: str, execution_mode: str):

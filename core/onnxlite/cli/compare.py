@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import json_option, session_options, session_settings
+from .common import json_option, session_options, session_settings, source_options
 
 
 @click.command(short_help="Accuracy of candidates against the source; --max-drop for CI.")
@@ -14,7 +14,6 @@ from .common import json_option, session_options, session_settings
               "an .npz 'labels' entry enables accuracy). Default: generated, padded samples.")
 @click.option("--data-option", "data_options", multiple=True, metavar="KEY=VALUE",
               help="Option for reading --data (e.g. tokenizer=DIR, max_length=64).")
-@click.option("--framework", default="auto", show_default=True, help="Framework plugin that loads REFERENCE.")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric (or OUTPUT.METRIC) to report, repeatable; the first is the primary one. "
                    "Default: chosen from the output shapes.")
@@ -22,7 +21,8 @@ from .common import json_option, session_options, session_settings
               help="Fail (exit 1) when a candidate drops more than this on the primary metric "
                    "(or on METRIC); 0.01 and 1% are the same. Repeatable.")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
-              help="Use at most this many samples (generated: 32).")
+              help="Use at most this many samples of --data; without --data, generate exactly this many "
+                   "(default 32).")
 @click.option("--batch", "batch_size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Samples per onnxruntime run.")
 @click.option("--batch-size", "old_batch_size", type=click.IntRange(min=1), default=None, hidden=True,
@@ -31,12 +31,14 @@ from .common import json_option, session_options, session_settings
               help="Length of generated sequences (dynamic non-batch axes).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for generated samples.")
 @click.option("--report", "report_dir", metavar="DIR", help="Also write report.html, report.json and report.md here.")
+@source_options("REFERENCE")
 @session_options
 @json_option
 def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_options: tuple[str, ...],
             framework: str, metrics: tuple[str, ...], max_drop: tuple[str, ...], samples: int | None,
-            batch_size: int, old_batch_size: int | None, seq_len: int, seed: int, report_dir: str | None, provider: str, threads: int | None,
-            graph_optimization: str, execution_mode: str, as_json: bool) -> None:
+            batch_size: int, old_batch_size: int | None, seq_len: int, seed: int, report_dir: str | None,
+            inputs: tuple[str, ...], model_class: str | None, framework_options: tuple[str, ...], provider: str,
+            threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
     """Score CANDIDATE ONNX models against REFERENCE.
 
     REFERENCE is an ONNX model or any source `export` accepts (a PyTorch module
@@ -53,11 +55,14 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     options = option_pairs(data_options, "--data-option") or None
     err = console(stderr=True)
     with err.status("comparing...") as status:
-        result = run_compare(reference, list(candidates), data=data, metrics=list(metrics) or None,
+        source, specs, framework = _reference(reference, framework, inputs, model_class, framework_options,
+                                              settings)
+        result = run_compare(source, list(candidates), data=data, metrics=list(metrics) or None, inputs=specs,
                              max_drop=list(max_drop) or None, settings=settings, framework=framework,
                              data_options=options, samples=samples,
                              batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
                              seed=seed, progress=lambda msg: status.update(f"{msg}..."))
+    result.reference = reference   # a reference loaded here is named by what the user typed
     paths = None
     if report_dir:
         from ..report.files import write_report
@@ -85,6 +90,19 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         click.get_current_context().exit(1)
     if result.passed:
         click.echo("PASS: every candidate is within --max-drop", err=True)
+
+
+def _reference(reference: str, framework: str, inputs, model_class, framework_options, settings):
+    """REFERENCE as compare() takes it, and the --input specs.  A source that needs --model-class or --option
+    is loaded here, exactly as export and lighten load it, and handed over loaded."""
+    from ..conversion.export import _coerce_inputs, load_for_export
+
+    specs = _coerce_inputs(list(inputs)) or None
+    if not (model_class or framework_options):
+        return reference, specs, framework
+    loaded = load_for_export(reference, framework, inputs=specs, model_class=model_class, settings=settings,
+                             framework_options=list(framework_options))
+    return loaded.model, specs or loaded.input_specs, loaded.framework
 
 
 def _table(result):

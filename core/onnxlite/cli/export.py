@@ -5,16 +5,12 @@ from __future__ import annotations
 import click
 
 from ..report.text import human_bytes
-from .common import console, emit_json, json_option, session_options, session_settings
+from .common import console, emit_json, json_option, session_options, session_settings, source_options
 
 
 @click.command(short_help="PyTorch / TensorFlow / ONNX to ONNX, verified against the source.")
 @click.argument("source")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the .onnx file.")
-@click.option("--framework", default="auto", show_default=True, metavar="NAME",
-              help="Source framework plugin (pytorch, tensorflow, onnx...); auto works it out from the path.")
-@click.option("--input", "inputs", multiple=True, metavar="NAME:DTYPE[dims]",
-              help="An input, e.g. input_ids:int64[batch,seq]; named dims are dynamic axes. Repeat per input.")
 @click.option("--opset", type=click.IntRange(7, 23), default=None, help="ONNX opset (default 18).")
 @click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default=None,
               help="PyTorch exporter (default torchscript, falling back to dynamo on failure).")
@@ -22,11 +18,8 @@ from .common import console, emit_json, json_option, session_options, session_se
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-4).")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance (default 1e-3).")
 @click.option("--no-verify", is_flag=True, help="Skip the onnxruntime check against the source (not recommended).")
-@click.option("--model-class", default=None, metavar="MODULE:CLASS", help="The nn.Module class a state dict belongs to.")
 @click.option("--external-data", is_flag=True, help="Store weights in OUT.onnx.data (always done above 2 GB).")
-@click.option("--option", "framework_options", multiple=True, metavar="KEY=VALUE",
-              help="A framework plugin option (repeatable), e.g. signature=serving_default for a SavedModel; "
-                   "`onnxlite plugins --json` lists each plugin's options.")
+@source_options()
 @session_options
 @json_option
 def export(source: str, output: str, framework: str, inputs: tuple[str, ...], opset: int | None, exporter: str | None,

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .common import json_option, session_options, session_settings
+from .common import json_option, session_options, session_settings, source_options
 from .executor_options import executor_from, executor_options
 
 
@@ -35,23 +35,21 @@ from .executor_options import executor_from, executor_options
               help="Among candidates within budget: the fastest (ties by size, the default) or the smallest "
                    "(ties by speed). Default: latency, or the --recipe's.")
 @click.option("--force", is_flag=True, help="Replace an existing OUTDIR.")
-@click.option("--framework", default="auto", show_default=True, help="Framework plugin that loads SOURCE.")
-@click.option("--input", "inputs", multiple=True, metavar="NAME:DTYPE[dims]",
-              help="Input spec, e.g. input_ids:int64[batch,seq] (repeatable; default: derived from the model).")
-@click.option("--model-class", metavar="module:Class", help="The nn.Module class for a PyTorch state dict.")
 @click.option("--batch", type=click.IntRange(min=1), default=None,
               help="Batch size for the benchmark (default: 32, or fewer if the held-out data is smaller).")
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="Timed runs per model.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Candidates quantized at once (default: bounded by cores and memory).")
 @click.option("--no-partial", is_flag=True, help="Do not fall back to partial quantization when nothing fits.")
+@source_options()
 @executor_options
 @session_options
 @json_option
 def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], confidence: float, metrics: tuple[str, ...],
             data: str | None, data_options: tuple[str, ...], calibration: str | None,
             calibration_options: tuple[str, ...], strategies: str | None, recipe: str | None, objective: str | None,
-            force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None, batch: int | None,
+            force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None,
+            framework_options: tuple[str, ...], batch: int | None,
             runs: int, workers: int | None, no_partial: bool, provider: str, threads: int | None,
             graph_optimization: str, execution_mode: str, as_json: bool, **executor: Any) -> None:
     """Find the smallest, fastest model that stays within an accuracy budget.
@@ -77,14 +75,17 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             settings=settings, strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
             partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
-            confidence=confidence)
+            confidence=confidence, framework_options=list(framework_options) or None)
     if as_json:
         from .common import emit_json
 
         emit_json(result.to_dict())
     else:
         out = console()
-        out.print(_table(result))
+        out.print(_table(result, out.width))
+        for line in _reasons(result, out.width):
+            out.print(f"- {line}", markup=False)
+        out.print("")
         out.print(result.message, markup=False)
         if result.model_path:
             out.print(f"model:  {result.model_path}")
@@ -94,42 +95,85 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
         raise SystemExit(1)
 
 
-def _table(result: Any) -> Any:
-    """One line per candidate: the few figures that decide, and why it won or lost."""
+def _table(result: Any, width: int = 80) -> Any:
+    """One compact row per candidate, sized to ``width`` columns: status, size and p50 (each with its ratio
+    to fp32 under it), and the drop (with its upper confidence bound) on every budgeted metric.  The reasons
+    are too long for a cell at 80 columns; :func:`_reasons` lists them under the table."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    from ..report.text import STATUS_STYLES
-    from ..report.text import human_bytes
+    from ..report.text import STATUS_STYLES, human_bytes, wrap_name, wrap_words
 
-    primary = result.primary_metric
     base = result.baseline
-    table = Table(title=f"onnxlite lighten: {primary} within {result.budgets.get(primary, float('nan')):.4g}",
-                  title_justify="left")
-    for header in ("candidate", "status", "size", "smaller", "p50 ms", "faster", primary.rsplit(".", 1)[-1],
-                   "drop", "why"):
-        table.add_column(header, justify="left" if header in {"candidate", "status", "why"} else "right",
-                         overflow="fold", max_width=60 if header == "why" else None)
+    keys = _budget_keys(result)
+    shorts = _short_keys(keys)
+    title = "onnxlite lighten: budget " + ", ".join(
+        f"{k} drop ≤ {result.budgets[k]:.4g}" for k in keys if k in result.budgets)
+    caption = ("size and p50 below them: ÷N is N times smaller or faster than fp32, ×N N times larger or "
+               "slower; drop ≤ upper confidence bound; a red drop is over budget")
+    metric_width = 8
+    fixed = 8 + 8 + 7 + len(keys) * (metric_width + 2) + 2 * 4
+    name_width = max(12, min(60, width - fixed - 2))
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, expand=False)
+    table.add_column("candidate", justify="left", no_wrap=True)
+    table.add_column("status", justify="left", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("p50 ms", justify="right", no_wrap=True)
+    for key in keys:
+        table.add_column(wrap_words(f"{shorts[key]} drop", metric_width), justify="right", no_wrap=True)
     for row in [base] + list(result.candidates):
-        smaller = f"{base.size_bytes / row.size_bytes:.2f}x" if row.size_bytes and base.size_bytes else "-"
         p50 = (row.latency_ms or {}).get("p50")
-        faster = f"{base.p50 / p50:.2f}x" if p50 and base.latency_ms else "-"
-        value, drop = row.metrics.get(primary), row.drops.get(primary)
+        size = human_bytes(row.size_bytes) if row.size_bytes else "-"
+        if row is not base and row.size_bytes and base.size_bytes:
+            size += "\n" + _times(base.size_bytes, row.size_bytes)
+        speed = f"{p50:.2f}" if p50 else "-"
+        if row is not base and p50 and base.latency_ms:
+            speed += "\n" + _times(base.p50, p50)
         style = STATUS_STYLES.get(row.status, "")
-        why = row.reason if len(row.reason) <= 120 else row.reason[:117] + "..."
-        table.add_row(escape(row.name), f"[{style}]{row.status}[/]" if style else row.status,
-                      human_bytes(row.size_bytes) if row.size_bytes else "-", smaller,
-                      f"{p50:.2f}" if p50 else "-", faster, f"{value:.4f}" if value is not None else "-",
-                      _drop_cell(drop, row.intervals.get(primary)), escape(why))
+        status = row.status
+        cells = [escape(wrap_name(row.name, name_width)), f"[{style}]{status}[/]" if style else status, size, speed]
+        for key in keys:
+            cells.append(_drop_cell(row.drops.get(key), row.intervals.get(key), result.budgets.get(key)))
+        table.add_row(*cells)
     return table
 
 
-def _drop_cell(drop: float | None, interval: dict | None) -> str:
-    """The measured drop, and its one-sided upper confidence bound when it has one."""
+def _budget_keys(result: Any) -> list[str]:
+    """Every budgeted metric, the primary first."""
+    return list(dict.fromkeys([result.primary_metric, *result.budgets]))
+
+
+def _short_keys(keys: list[str]) -> dict[str, str]:
+    """``last_hidden_state.cosine_mean`` -> ``cosine_mean`` unless two budgets would then read the same."""
+    shorts = {k: k.rsplit(".", 1)[-1] for k in keys}
+    return shorts if len(set(shorts.values())) == len(shorts) else {k: k for k in keys}
+
+
+def _times(before: float, after: float) -> str:
+    """``÷3.94`` for 3.94 times smaller/faster, ``×1.01`` for larger/slower, ``=`` when the same to 2 digits."""
+    ratio = before / after
+    if round(ratio, 2) == 1:
+        return "="
+    return f"÷{ratio:.2f}" if ratio > 1 else f"×{1 / ratio:.2f}"
+
+
+def _drop_cell(drop: float | None, interval: dict | None, budget: float | None = None) -> str:
+    """The measured drop and, under it, its one-sided upper confidence bound; red when over budget."""
     if drop is None:
         return "-"
     upper = (interval or {}).get("upper")
-    return f"{drop:.4f} ≤{upper:.3g}" if upper is not None and upper != drop else f"{drop:.4f}"
+    text = f"{drop:.4f}" + (f"\n≤{upper:.4f}" if upper is not None and upper != drop else "")
+    worst = upper if upper is not None else drop
+    return f"[red]{text}[/]" if budget is not None and worst > budget else text
+
+
+def _reasons(result: Any, width: int) -> list[str]:
+    """``name: why`` for every candidate, whole (paths shortened to file names), for under the table."""
+    from ..report.text import shorten_paths
+
+    return [f"{row.name} ({row.status}): {shorten_paths(row.reason)}" for row in result.candidates if row.reason]
 
 
 class _Progress:
@@ -154,7 +198,7 @@ class _Progress:
     def event(self, kind: str, info: dict) -> None:
         from rich.markup import escape
 
-        info = {k: escape(v) if isinstance(v, str) else v for k, v in info.items()}
+        raw, info = info, {k: escape(v) if isinstance(v, str) else v for k, v in info.items()}
         if kind in {"stage", "step"}:
             self.bar.update(self.task, description=info["message"])
             if kind == "stage":
@@ -170,9 +214,22 @@ class _Progress:
             self.bar.advance(self.task)
             primary = info.get("primary")
             value = info["metrics"].get(primary) if primary else None
-            figure = f" {primary}={value:.4f}" if isinstance(value, float) else ""
+            # one line at 80 columns: metric keys lose their output's name (the final table has them whole)
+            prefixes = sorted({k.rsplit(".", 1)[0] + "." for k in info["metrics"] if "." in k}, key=len, reverse=True)
+            figure = f" {primary.rsplit('.', 1)[-1]}={value:.4f}" if isinstance(value, float) else ""
             style = {"ok": "green", "rejected": "yellow", "failed": "red"}.get(info["status"], "white")
-            reason = f" ({info['reason'][:120]})" if info["status"] != "ok" and info["reason"] else ""
+            reason = ""
+            if info["status"] != "ok" and info["reason"]:
+                figure = ""   # the reason holds the figures that matter, and the width is better spent on them
+                line = f"{info['status']:>8} {info['name']}"
+                # the whole reason is in the final table; here it must fit one line without lying
+                from ..report.text import ellipsize, shorten_paths
+
+                room = max(20, self.bar.console.width - len(line) - 3)
+                text = shorten_paths(raw["reason"]).removeprefix("over budget: ")
+                for prefix in prefixes:
+                    text = text.replace(prefix, "")
+                reason = f" ({escape(ellipsize(text, room))})"
             self.bar.console.print(f"[{style}]{info['status']:>8}[/] {info['name']}{figure}{reason}")
         elif kind == "bench":
             self.bar.update(self.task, description=f"benchmarking: {info['text']}", total=1.0,

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..report.text import human_bytes
+from ..report.text import human_bytes, size_change
 from .common import console, emit_json, json_option, option_pairs
 
 STRATEGY_FLAGS = ("--strategy", "-s")
@@ -123,9 +123,13 @@ def _print_result(result) -> None:
     table.add_column("", style="bold")
     table.add_column("")
     table.add_row("size", f"{human_bytes(result.size_before)} -> {human_bytes(result.size_after)} "
-                          f"({result.ratio:.2f}x smaller)")
+                          f"({size_change(result.size_before, result.size_after)})")
     table.add_row("quantized ops", ", ".join(f"{op} {n}" for op, n in result.quantized_ops.items()) or "none")
-    table.add_row("options", ", ".join(f"{k}={_fmt(v)}" for k, v in result.options.items()) or "-")
+    # An option left to the strategy (None) shows the value the strategy chose, once, instead of "None"
+    # beside a details row with the real value.
+    resolved = {k: result.details[k] for k, v in result.options.items() if v is None and k in result.details}
+    table.add_row("options", ", ".join(f"{k}={_fmt(resolved[k])} (auto)" if k in resolved else f"{k}={_fmt(v)}"
+                                       for k, v in result.options.items()) or "-")
     table.add_row("excluded nodes", ", ".join(result.excluded_nodes) or "none")
     table.add_row("time", f"{result.seconds:.2f} s")
     check = result.details.get("check")
@@ -133,13 +137,14 @@ def _print_result(result) -> None:
         cos = [v["cosine_min"] for v in check.get("outputs", {}).values()]
         table.add_row("smoke check", "ran on a padded batch of 2" + (f", min cosine {min(cos):.4f}" if cos else ""))
     for key, value in result.details.items():
-        if key == "check":
+        if key == "check" or key in resolved:
             continue
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items() if v) or "none"
         table.add_row(key.replace("_", " "), _fmt(value))
     for note in result.notes:
         table.add_row("note", note)
-    for warning in result.warnings:
-        table.add_row("[yellow]warning[/]", warning)
+    if result.warnings:
+        # each was printed on stderr as it happened; repeating them here printed every warning twice
+        table.add_row("[yellow]warnings[/]", f"{len(result.warnings)} (printed above)")
     out.print(table)

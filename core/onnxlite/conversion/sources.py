@@ -97,6 +97,16 @@ def _python_object(source: str) -> tuple[Any, str | None]:
 
 
 def _missing(source: str) -> UsageError:
+    import re
+
+    # "org/name" that is not on disk reads as a Hugging Face hub id: onnxlite never downloads, so say how
+    # to make the local folder it reads.
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", source) and not source.endswith((".onnx", ".pt", ".py", ".keras")):
+        return UsageError(f"{source}: no such file or folder; if it is a Hugging Face hub id, onnxlite needs a "
+                          f"local folder (it downloads nothing): huggingface-cli download {source} --local-dir "
+                          f"{source.rsplit('/', 1)[1]}, or in Python AutoModel.from_pretrained('{source}')"
+                          f".save_pretrained('{source.rsplit('/', 1)[1]}') plus the tokenizer's save_pretrained; "
+                          "then pass that folder")
     return UsageError(f"{source}: no such file")
 
 

@@ -16,6 +16,7 @@ agreement and accuracy it is the loss in points (0.01 = 1 point).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,46 @@ if TYPE_CHECKING:
 PRIMARY_PREFERENCE = ("accuracy", "top1_agreement", "pooled_cosine_mean", "cosine_mean")
 
 
+#: Default metrics by what an output *is*, not only by its shape (issue 14: a top-1 agreement on a 384-d
+#: sentence embedding means nothing).  For each kind: the built-in defaults that are meaningless there
+#: (left out) and the off-by-default metrics that see what the defaults miss (brought in when they apply).
+#: Third-party default metrics are never left out.
+KIND_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    "token embeddings": ((), (), "[batch, seq, hidden] with an attention mask: mean-pooled over real tokens"),
+    "classification logits": ((), (), "[batch, classes]: does the candidate pick the same class"),
+    "embedding": (("top1_agreement", "top5_agreement", "accuracy"), (),
+                  "[batch, dim] named as an embedding: argmax means nothing there, direction does"),
+    "scalar": (("cosine_mean", "cosine_min"), ("scalar_abs_error",),
+               "one value per sample: cosine of one number is its sign, so absolute error"),
+    "class sequence": (("top1_agreement", "top5_agreement"), ("frame_agreement", "slice_rel_error_max"),
+                       "[batch, frames, classes]: the class of each frame"),
+    "sequence": (("top1_agreement", "top5_agreement"), ("slice_rel_error_max",),
+                 "[batch, frames, features] without a mask: every frame weighs the same"),
+    "tensor": ((), (), "any other float output: cosine and absolute differences"),
+}
+
+_EMBEDDING_NAME = re.compile(r"embed|pool|hidden|feature|sentence|vector|represent|latent|encod", re.I)
+_CLASS_NAME = re.compile(r"logit|prob|score|class|softmax|ctc", re.I)
+
+
+def output_kind(name: str, reference: Any, context: MetricContext) -> str:
+    """Which :data:`KIND_RULES` entry an output falls under, from its shape and its name."""
+    from ..numerics import is_floating
+
+    if not is_floating(reference):
+        return "tensor"
+    shape = tuple(reference.shape)
+    if len(shape) == 1 or (len(shape) == 2 and shape[1] == 1):
+        return "scalar"
+    if len(shape) == 2:
+        return "embedding" if _EMBEDDING_NAME.search(name) and not _CLASS_NAME.search(name) else "classification logits"
+    if len(shape) == 3:
+        if context.attention_mask(shape[:2]) is not None:
+            return "token embeddings"
+        return "class sequence" if _CLASS_NAME.search(name) else "sequence"
+    return "tensor"
+
+
 @dataclass(frozen=True)
 class ResolvedMetric:
     """One metric bound to one output."""
@@ -39,6 +80,8 @@ class ResolvedMetric:
     metric: Any
     higher_is_better: bool
     description: str = ""
+    #: why this metric judges this output when nobody named it (its output's kind), else ""
+    why: str = ""
 
     @property
     def key(self) -> str:
@@ -69,21 +112,31 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
     outputs = list(reference_outputs)
     resolved: dict[str, ResolvedMetric] = {}
 
-    def add(output: str, entry: Any) -> None:
-        bound = ResolvedMetric(output, entry.name, entry.create(), entry.spec.higher_is_better, entry.spec.description)
+    def add(output: str, entry: Any, why: str = "") -> None:
+        bound = ResolvedMetric(output, entry.name, entry.create(), entry.spec.higher_is_better, entry.spec.description,
+                               why)
         resolved.setdefault(bound.key, bound)
 
     def context(output: str) -> MetricContext:
         return MetricContext(output=output, feeds=feeds, labels=labels, reference_outputs=reference_outputs)
 
     if not requested:
+        kinds = {o: output_kind(o, reference_outputs[o], context(o)) for o in outputs}
         for entry in registry.all("metric"):
-            if not entry.available or not getattr(entry.spec, "default", True):
+            if not entry.available:
                 continue
-            metric = entry.create()
+            metric = None
             for output in outputs:
+                left_out, brought_in, why = KIND_RULES[kinds[output]]
+                builtin = entry.plugin.builtin
+                if getattr(entry.spec, "default", True):
+                    if builtin and entry.name in left_out:
+                        continue
+                elif not (builtin and entry.name in brought_in):
+                    continue
+                metric = metric or entry.create()
                 if _applies(metric, entry.name, reference_outputs[output], context(output)):
-                    add(output, entry)
+                    add(output, entry, f"{output} is {kinds[output]} ({why})")
         if not resolved:
             raise UsageError("no metric applies to the model's outputs "
                              f"({', '.join(outputs)}); name one with --metric OUTPUT.METRIC")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 
@@ -57,6 +58,26 @@ def fmt_num(value: float | None, digits: int = 4) -> str:
 
 def fmt_ratio(value: float | None, suffix: str = "×") -> str:
     return "-" if value is None else f"{value:.2f}{suffix}"
+
+
+def size_change(before: float | None, after: float | None) -> str:
+    """``3.15x smaller`` or ``1.01x larger`` (never "0.99x smaller"); ``? size`` when either is unknown."""
+    if not before or not after:
+        return "? size"
+    ratio = before / after
+    if round(ratio, 2) == 1:
+        return "same size"
+    return f"{ratio:.2f}x smaller" if ratio > 1 else f"{after / before:.2f}x larger"
+
+
+def speed_change(before: float | None, after: float | None) -> str:
+    """``1.25x faster`` or ``1.10x slower`` from two latencies (never "0.91x faster")."""
+    if not before or not after or math.isinf(before) or math.isinf(after):
+        return "? speed"
+    ratio = before / after
+    if round(ratio, 2) == 1:
+        return "same speed"
+    return f"{ratio:.2f}x faster" if ratio > 1 else f"{after / before:.2f}x slower"
 
 
 def fmt_seconds(value: float | None) -> str:
@@ -149,3 +170,54 @@ def _setting_text(value: Any) -> str:
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(_jsonable(value))
     return str(value)
+
+
+# -- fitting text into a terminal -------------------------------------------------------------------
+
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[^\s/:'\"(),;]+){2,}/([^\s/:'\"(),;]+)")
+
+
+def shorten_paths(text: str) -> str:
+    """Absolute paths reduced to their file name (``/tmp/x/scratch/fp32.onnx`` -> ``fp32.onnx``), so a
+    one-line reason keeps the error itself instead of spending its width on a scratch folder."""
+    return _PATH.sub(r"\1", text)
+
+
+def ellipsize(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters at a word boundary, with "…" (never in the middle of a
+    number or a word: "drop 0)" must not stand for "drop 0.04271")."""
+    if len(text) <= width:
+        return text
+    cut = text[:max(1, width - 1)]
+    space = cut.rfind(" ")
+    if space > 0 and text[len(cut)] != " ":   # a word would be cut: end before it (one long word is cut)
+        cut = cut[:space]
+    return cut.rstrip(" ,;:(") + "…"
+
+
+def wrap_name(name: str, width: int) -> str:
+    """A candidate name wrapped after ``[``, ``,`` or ``+`` so that no option is split mid-word."""
+    if len(name) <= width:
+        return name
+    tokens = re.findall(r"[^\[,+]+[\[,+]?|[\[,+]", name)
+    lines, line = [], ""
+    for token in tokens:
+        if line and len(line) + len(token) > width:
+            lines.append(line)
+            line = ""
+        line += token
+    lines.append(line)
+    return "\n".join(lines)
+
+
+def wrap_words(text: str, width: int, separators: str = "_.") -> str:
+    """A header such as ``pooled_cosine_mean`` wrapped after ``_`` or ``.`` (and spaces) to ``width``."""
+    tokens = re.findall(rf"[^\s{re.escape(separators)}]+[{re.escape(separators)}]?\s*|\s+", text)
+    lines, line = [], ""
+    for token in tokens:
+        if line and len(line) + len(token.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += token
+    lines.append(line.rstrip())
+    return "\n".join(x for x in lines if x)

@@ -42,7 +42,7 @@ def _short(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
-        return "+".join(str(v) for v in value)
+        return ",".join(str(v) for v in value)   # as on the command line (--option op_types=MatMul,Gemm)
     return str(value)
 
 

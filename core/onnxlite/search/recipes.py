@@ -31,6 +31,15 @@ class Recipe:
     provider: str = "cpu"
     framework: str | None = None
     inputs: tuple[str, ...] = ()
+    #: what the run needs to load its source and data again (issue 14: a replay must not ask for them)
+    model_class: str | None = None
+    source_options: Mapping[str, Any] = field(default_factory=dict)
+    data: str | None = None
+    data_options: Mapping[str, Any] = field(default_factory=dict)
+    calibration: str | None = None
+    calibration_options: Mapping[str, Any] = field(default_factory=dict)
+    threads: int | None = None
+    batch: int | None = None
 
     def to_toml(self) -> str:
         import tomli_w
@@ -40,14 +49,23 @@ class Recipe:
             "strategy": {"name": self.strategy, "options": _plain(dict(self.options))},
             "budget": {k: v for k, v in (("metric", self.metric), ("max_drop", self.max_drop),
                                           ("objective", self.objective)) if v is not None},
-            "runtime": {"provider": self.provider},
+            "runtime": {k: v for k, v in (("provider", self.provider), ("threads", self.threads),
+                                           ("batch", self.batch)) if v is not None},
         }
         if self.budgets:
             doc["budget"]["max_drops"] = {k: float(v) for k, v in self.budgets.items()}
         if self.excluded_nodes:
             doc["strategy"]["excluded_nodes"] = list(self.excluded_nodes)
-        if self.framework or self.inputs:
-            doc["source"] = {k: v for k, v in (("framework", self.framework), ("inputs", list(self.inputs))) if v}
+        source = {k: v for k, v in (("framework", self.framework), ("inputs", list(self.inputs)),
+                                    ("model_class", self.model_class),
+                                    ("options", _plain(dict(self.source_options)))) if v}
+        if source:
+            doc["source"] = source
+        data = {k: v for k, v in (("path", self.data), ("options", _plain(dict(self.data_options))),
+                                  ("calibration", self.calibration),
+                                  ("calibration_options", _plain(dict(self.calibration_options)))) if v}
+        if data:
+            doc["data"] = data
         return "# Written by onnxlite lighten; reproduce with: onnxlite lighten SOURCE --recipe recipe.toml\n" + \
             tomli_w.dumps(doc)
 
@@ -95,4 +113,72 @@ def read_recipe(path: str | os.PathLike[str]) -> Recipe:
         provider=doc.get("runtime", {}).get("provider", "cpu"),
         framework=source.get("framework"),
         inputs=tuple(source.get("inputs", ())),
+        model_class=source.get("model_class"),
+        source_options=dict(source.get("options", {})),
+        data=doc.get("data", {}).get("path"),
+        data_options=dict(doc.get("data", {}).get("options", {})),
+        calibration=doc.get("data", {}).get("calibration"),
+        calibration_options=dict(doc.get("data", {}).get("calibration_options", {})),
+        threads=doc.get("runtime", {}).get("threads"),
+        batch=doc.get("runtime", {}).get("batch"),
     )
+
+
+def record(*, model_class: str | None, framework_options: Any, data: Any, data_options: Mapping[str, Any] | None,
+           calibration: Any, calibration_options: Mapping[str, Any] | None, threads: int | None,
+           batch: int | None) -> dict[str, Any]:
+    """The :class:`Recipe` fields that let a replay run without retyping flags: paths made absolute (a replay
+    may run from another folder), in-memory data left out (it has no name to record)."""
+    def path(value: Any) -> str | None:
+        return str(Path(value).resolve()) if isinstance(value, (str, os.PathLike)) else None
+
+    def options(values: Mapping[str, Any] | None) -> dict[str, Any]:
+        # tokenizer=DIR and the like: a relative path that exists here is recorded absolute
+        return {k: (str(Path(v).resolve()) if isinstance(v, str) and os.sep in v and Path(v).exists() else v)
+                for k, v in (values or {}).items()}
+
+    if isinstance(framework_options, (list, tuple)):
+        from ..specs import option_pairs
+
+        framework_options = option_pairs(framework_options, "--option")
+    cls = model_class
+    if cls and ".py:" in cls and Path(cls.split(":", 1)[0]).is_file():
+        cls = f"{Path(cls.split(':', 1)[0]).resolve()}:{cls.split(':', 1)[1]}"
+    return {"model_class": cls, "source_options": dict(framework_options or {}), "data": path(data),
+            "data_options": options(data_options) if path(data) else {}, "calibration": path(calibration),
+            "calibration_options": options(calibration_options) if path(calibration) else {},
+            "threads": threads, "batch": batch}
+
+
+def replay(recipe: Recipe, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` (lighten's arguments) with what the user left out filled in from ``recipe``.
+
+    A flag the user gave wins over the recipe.  A recorded file that is gone is a usage error that
+    names the flag which brings it back, rather than a failure deep in the run.
+    """
+    from dataclasses import replace
+
+    out = dict(given)
+    if out.get("framework") in (None, "", "auto") and recipe.framework:
+        out["framework"] = recipe.framework
+    if not out.get("inputs") and recipe.inputs:
+        out["inputs"] = list(recipe.inputs)
+    if not out.get("model_class") and recipe.model_class:
+        out["model_class"] = recipe.model_class
+    if not out.get("framework_options") and recipe.source_options:
+        out["framework_options"] = dict(recipe.source_options)
+    for key, flag in (("data", "--data"), ("calibration", "--calibration")):
+        recorded = getattr(recipe, key)
+        if out.get(key) is None and recorded:
+            if not Path(recorded).exists():
+                raise UsageError(f"--recipe: the run's {key} data {recorded} is not there any more; "
+                                 f"pass {flag} PATH (the recipe's budget is judged on it)")
+            out[key] = recorded
+            if not out.get(f"{key}_options"):
+                out[f"{key}_options"] = dict(getattr(recipe, f"{key}_options"))
+    settings = out.get("settings")
+    if settings is not None and settings.threads is None and recipe.threads:
+        out["settings"] = replace(settings, threads=int(recipe.threads))
+    if out.get("batch") is None and recipe.batch:
+        out["batch"] = int(recipe.batch)
+    return out
