@@ -358,9 +358,12 @@ def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, A
     from ..inputs import make_feeds
 
     if data is None:
-        count = max(1, math.ceil((samples or DEFAULT_SAMPLES) / batch_size))
-        batches = [make_feeds(specs, batch=batch_size, seq=seq_len, seed=seed + i, pad=True) for i in range(count)]
-        return batches, None, f"{count * batch_size} generated samples (padded, seq {seq_len})"
+        total = samples or DEFAULT_SAMPLES
+        count = max(1, math.ceil(total / batch_size))
+        # exactly ``total`` samples ("at most N" in --samples' help): the last batch holds the remainder
+        batches = [make_feeds(specs, batch=min(batch_size, total - i * batch_size), seq=seq_len, seed=seed + i,
+                              pad=True) for i in range(count)]
+        return batches, None, f"{total} generated samples (padded, seq {seq_len})"
     dataset = data if isinstance(data, Dataset) else load_data(data, specs, options)
     if samples and len(dataset) > samples:
         dataset = dataset.take(samples)

@@ -75,12 +75,20 @@ def render_html(report: Report) -> str:
         f'<header><h1>{escape(report.title)}</h1><div class="sub">onnxlite {escape(report.kind)} report · '
         f"{len(report.rows)} model{'s' if len(report.rows) != 1 else ''} · {escape(now)}</div></header>",
     ]
+    lighten = bool(report.verdict)
+    if lighten:
+        # lighten's page reads verdict first, then the trade-off, then every candidate (report/lighten_page.py)
+        from .lighten_page import CSS as LIGHTEN_CSS, render_lighten
+
+        parts[4] = f"<style>{CSS}{LIGHTEN_CSS}</style></head><body><main>"
+        parts += render_lighten(report, PALETTE)
     if report.settings:
         items = "".join(f"<dt>{escape(str(k))}</dt><dd>{escape(_setting_text(v))}</dd>"
                         for k, v in report.settings.items())
         parts.append(f'<section class="card settings"><h2>Settings</h2><dl class="settings">{items}</dl></section>')
-    parts.append(_table_html(report))
-    parts.append(_chart_section(report))
+    if not lighten:
+        parts.append(_table_html(report))
+        parts.append(_chart_section(report))
     for heading, text in report.sections:
         parts.append(f'<section class="card notes"><h2>{escape(heading)}</h2>{markdown_to_html(text)}</section>')
     paths = "".join(f"<li><code>{escape(r.name)}</code>: <code>{escape(r.path)}</code></li>" for r in report.rows)

@@ -53,6 +53,15 @@ class Report:
     settings: dict[str, Any] = field(default_factory=dict)
     primary_metric: str | None = None
     sections: list[tuple[str, str]] = field(default_factory=list)   # extra (heading, markdown text)
+    #: lighten's verdict in one sentence (the page opens with it), and its budgets by metric key
+    verdict: str = ""
+    budgets: dict[str, float] = field(default_factory=dict)
+    #: per row name: drops, their intervals, what was quantized and what stayed float, why it won or lost
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: versions, CPU and its instruction-set flags, threads, the command line (see :func:`environment`)
+    environment: dict[str, Any] = field(default_factory=dict)
+    #: the export check, one row per output and feed set (ExportResult's verification rows)
+    verification: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def baseline_index(self) -> int | None:
@@ -101,13 +110,18 @@ class Report:
             "baseline": None if base is None else self.rows[base].name,
             "rows": [row.to_dict() | {"ratios": ratios} for row, ratios in zip(self.rows, self.ratios())],
             "sections": [{"heading": h, "text": t} for h, t in self.sections],
+            "verdict": self.verdict, "budgets": self.budgets, "details": self.details,
+            "environment": self.environment, "verification": self.verification,
         })
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         return cls(title=data["title"], kind=data["kind"], rows=[ModelRow.from_dict(r) for r in data["rows"]],
                    settings=dict(data.get("settings") or {}), primary_metric=data.get("primary_metric"),
-                   sections=[(s["heading"], s["text"]) for s in data.get("sections") or []])
+                   sections=[(s["heading"], s["text"]) for s in data.get("sections") or []],
+                   verdict=data.get("verdict") or "", budgets=dict(data.get("budgets") or {}),
+                   details=dict(data.get("details") or {}), environment=dict(data.get("environment") or {}),
+                   verification=list(data.get("verification") or []))
 
 
 def _p50(row: ModelRow) -> float | None:
@@ -140,3 +154,36 @@ def _jsonable(value: Any) -> Any:
 # -- formatting shared by the table, markdown and HTML ---------------------------------------------
 
 
+
+
+def environment(threads: int | None = None, command: list[str] | None = None) -> dict[str, Any]:
+    """What the figures were measured on: package versions, the CPU with the instruction sets quantized
+    kernels use (AVX2, AVX-512, VNNI, AMX), cores, threads and the exact command line."""
+    import platform
+    import shlex
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for name in ("onnxlite", "onnxruntime", "onnx", "torch", "tensorflow", "tensorflow-cpu", "transformers"):
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    cpu, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and cpu in ("", platform.machine(), platform.processor()):
+                    cpu = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    wanted = [("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AVX-512 VNNI", "avx512_vnni"), ("AVX-VNNI", "avx_vnni"),
+              ("AMX", "amx_tile")]
+    return {"versions": versions, "python": platform.python_version(), "cpu": cpu,
+            "cpu_flags": {label: flag in flags for label, flag in wanted} if flags else {},
+            "cores": os.cpu_count(), "threads": threads if threads else "onnxruntime default",
+            "command": shlex.join(command if command is not None else sys.argv)}

@@ -27,8 +27,10 @@ from ..errors import UsageError
 from ..normalize import normalize_file
 from ..figures import MEASURED, copy_figures, figures_of
 from ..stats import DEFAULT_CONFIDENCE
-from .choose import deciding_objective, no_winner_message, pick_winner
+from ..report.text import size_change, speed_change
+from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
+from .recipes import copy_hf_files, record
 from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
 
 if TYPE_CHECKING:
@@ -58,7 +60,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
             max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
             executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None,
-            confidence: float = DEFAULT_CONFIDENCE) -> LightenResult:
+            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
@@ -91,9 +93,15 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
     chosen = None
     if recipe is not None:
-        from .recipes import read_recipe
+        from .recipes import read_recipe, replay
 
         chosen = read_recipe(recipe)
+        given = replay(chosen, dict(framework=framework, inputs=inputs, model_class=model_class, data=data,
+                                    framework_options=framework_options, data_options=data_options,
+                                    calibration=calibration, calibration_options=calibration_options,
+                                    settings=settings, batch=batch), emit)
+        (framework, inputs, model_class, data, framework_options, data_options, calibration, calibration_options,
+         settings, batch) = given.values()
         if metric is None and chosen.metric:
             # Every budgeted metric must be computed again, the primary first.
             metric = [chosen.metric, *(k for k in chosen.budgets if k != chosen.metric)]
@@ -116,7 +124,10 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     with scratch_dir(out) as work, contextlib.closing(runner):
         state = _Search(source, work, settings, emit, runner)
         state.confidence = confidence
-        state.load(framework, inputs, model_class)
+        state.load(framework, inputs, model_class, framework_options)
+        state.record = record(model_class=model_class, framework_options=framework_options, data=data,
+                              data_options=data_options, calibration=calibration,
+                              calibration_options=calibration_options, threads=settings.threads, batch=batch)
         state.prepare_data(data, calibration, data_options, calibration_options, split)
         state.run_reference()
         state.export(opset, exporter, metrics, max_drop)
@@ -151,12 +162,12 @@ class _Search:
         self.notes: list[str] = []
 
     # 1. the source, loaded once: it serves the export and the judge (a file.py runs once)
-    def load(self, framework, inputs, model_class) -> None:
+    def load(self, framework, inputs, model_class, framework_options=None) -> None:
         from ..conversion.export import load_for_export
 
         self.emit("step", {"message": f"Loading {self.source}"})
         self.loaded = load_for_export(self.source, framework, inputs=inputs, model_class=model_class,
-                                      settings=self.settings)
+                                      settings=self.settings, framework_options=framework_options)
         self.framework = self.loaded.framework
         self.specs = self.loaded.input_specs
 
@@ -323,23 +334,29 @@ class _Search:
         winner = pick_winner(self.rows, objective, measured_base, rank)
         # The same rule pick_winner applied, so the explanation matches the choice.
         basis = deciding_objective(self.rows, objective, measured_base)
-        if winner is not None and basis != objective:
-            self.notes.append("no candidate was measurably faster than fp32, so the smallest one within budget won")
+        timed = [r for r in self.rows if r.status == "ok" and r.latency_ms]
+        fastest = min(timed, key=lambda r: r.p50) if timed else None
+        if winner is not None and basis != objective and fastest is not None:
+            # Say what the tie rule saw, with the figures it used, so "1.25x faster" and "speed did not
+            # decide" never stand side by side unexplained.
+            self.notes.append(
+                f"speed did not decide: the fastest candidate ({fastest.name}, {_speed(base_p50, fastest.p50)} "
+                f"fp32) is within the latency noise margin ({latency_margin(fastest):.0%}: 3% or the measured "
+                "p90-p50 spread, whichever is larger), so the smallest one within budget won")
         primary = self.judge.primary
         for row in self.rows:
             if row is winner:
                 row.status = "winner"
-                row.reason = _why_won(row, self.baseline, basis)
+                row.reason = _why_won(row, self.baseline, basis, fastest if basis == "latency" else None)
             elif row.status == "ok" and winner is not None:
-                slower = row.p50 / winner.p50 if winner.p50 else float("nan")
-                row.reason = (f"within budget, but {slower:.2f}x the winner's latency and "
-                              f"{(row.size_bytes or 0) / max(1, winner.size_bytes or 1):.2f}x its size")
+                row.reason = (f"within budget, but against the winner: {speed_change(winner.p50, row.p50)}, "
+                              f"{size_change(winner.size_bytes, row.size_bytes)}")
                 mine, theirs = row.drops.get(primary), winner.drops.get(primary)
                 if mine is not None and theirs is not None and mine > theirs:
                     row.reason += f"; its {primary} drop is larger ({mine:.4g} vs {theirs:.4g})"
         if winner is not None:
             drop = winner.drops.get(primary, float("nan"))
-            message = (f"winner: {winner.name}: {_ratio(self.baseline.size_bytes, winner.size_bytes)} smaller, "
+            message = (f"winner: {winner.name}: {_ratio(self.baseline.size_bytes, winner.size_bytes)}, "
                        f"{_speed(base_p50, winner.p50)} fp32, {primary} drop {drop:.4g} "
                        f"(budget {self.judge.budgets.get(primary, float('nan')):.4g})")
             message += "".join(f"; {note}" for note in self.notes)
@@ -383,8 +400,9 @@ class _Search:
                             max_drop=self.judge.budgets.get(self.judge.primary),
                             budgets=dict(self.judge.budgets), objective=result.objective,
                             provider=self.settings.provider, framework=self.framework,
-                            inputs=tuple(str(s) for s in self.specs))
+                            inputs=tuple(str(s) for s in self.specs), **self.record)
             write_text(staged / "recipe.toml", recipe.to_toml())
+            copy_hf_files(self.source, staged, staged / "model.onnx")   # config and tokenizer: it loads as it came
         names = write_report(result.to_report(), staged)
         backup = None
         if out.exists():

@@ -150,7 +150,7 @@ def record(*, model_class: str | None, framework_options: Any, data: Any, data_o
             "threads": threads, "batch": batch}
 
 
-def replay(recipe: Recipe, given: dict[str, Any]) -> dict[str, Any]:
+def replay(recipe: Recipe, given: dict[str, Any], emit: Any = None) -> dict[str, Any]:
     """``given`` (lighten's arguments) with what the user left out filled in from ``recipe``.
 
     A flag the user gave wins over the recipe.  A recorded file that is gone is a usage error that
@@ -181,4 +181,48 @@ def replay(recipe: Recipe, given: dict[str, Any]) -> dict[str, Any]:
         out["settings"] = replace(settings, threads=int(recipe.threads))
     if out.get("batch") is None and recipe.batch:
         out["batch"] = int(recipe.batch)
+    provider = getattr(out.get("settings"), "provider", None)
+    if emit is not None and provider and provider != recipe.provider:
+        emit("note", {"message": f"the recipe was made on provider {recipe.provider}; replaying on {provider} "
+                                 "(--provider)"})
     return out
+
+
+#: files of a transformers / sentence-transformers folder that loading the ONNX model needs beside it:
+#: the config (Optimum's ORTModelForFeatureExtraction), the tokenizer (AutoTokenizer) and the
+#: sentence-transformers modules (pooling, normalisation); weights are never copied
+HF_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json",
+            "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json",
+            "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "modules.json",
+            "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def copy_hf_files(source: str | os.PathLike[str], folder: Path, model: Path) -> list[str]:
+    """Make ``folder`` loadable as a Hugging Face ONNX folder when ``source`` is a transformers folder.
+
+    Copies the config and tokenizer files (Optimum's layout: ``model.onnx`` beside ``config.json``) and,
+    for a sentence-transformers folder, its module folders (``1_Pooling``...) plus ``onnx/model.onnx``
+    (a hard link to ``model.onnx`` where the file system allows), the layout
+    ``SentenceTransformer(folder, backend="onnx")`` reads.  Returns the names copied.
+    """
+    import shutil
+
+    src = Path(source)
+    if not (src.is_dir() and (src / "config.json").is_file()):
+        return []
+    copied = []
+    for name in HF_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, folder / name)
+            copied.append(name)
+    if (src / "modules.json").is_file():
+        for sub in sorted(p for p in src.iterdir() if p.is_dir() and p.name[:1].isdigit() and "_" in p.name):
+            shutil.copytree(sub, folder / sub.name)
+            copied.append(sub.name + "/")
+        (folder / "onnx").mkdir()
+        try:
+            os.link(model, folder / "onnx" / "model.onnx")
+        except OSError:
+            shutil.copy2(model, folder / "onnx" / "model.onnx")
+        copied.append("onnx/model.onnx")
+    return copied

@@ -102,27 +102,32 @@ def _row(result: TaskResult) -> CandidateRow:
 
 
 def _ratio(before: float | None, after: float | None) -> str:
-    if not before or not after or after == float("inf"):
-        return "?x"
-    return f"{before / after:.2f}x"
+    """``3.15x smaller`` or ``1.01x larger`` (never "0.99x smaller")."""
+    from ..report.text import size_change
+
+    return size_change(before, after)
 
 
 def _speed(before: float, after: float) -> str:
-    """``2.10x faster than`` or ``0.81x the speed of`` (never "0.81x faster")."""
-    if not before or not after or after == float("inf") or before == float("inf"):
-        return "? the speed of"
-    ratio = before / after
-    return f"{ratio:.2f}x faster than" if ratio >= 1 else f"{ratio:.2f}x the speed of"
+    """``2.10x faster than`` or ``1.23x slower than`` (never "0.81x faster")."""
+    from ..report.text import speed_change
+
+    return speed_change(before, after) + " than"
 
 
-def _why_won(row: CandidateRow, baseline: CandidateRow, objective: str) -> str:
-    what = "fastest" if objective == "latency" else "smallest"
-    return (f"{what} within budget: {_ratio(baseline.size_bytes, row.size_bytes)} smaller and "
-            f"{_speed(baseline.p50, row.p50)} fp32")
+def _why_won(row: CandidateRow, baseline: CandidateRow, objective: str,
+             fastest: CandidateRow | None = None) -> str:
+    """Why ``row`` won, in the words of the rule that picked it (``objective`` is the deciding one)."""
+    figures = f"{_ratio(baseline.size_bytes, row.size_bytes)} and {_speed(baseline.p50, row.p50)} fp32"
+    if objective != "latency":
+        return f"smallest within budget: {figures}"
+    if fastest is not None and fastest is not row:
+        return (f"within the latency tie margin of the fastest ({fastest.name}), and smaller: {figures}")
+    return f"fastest within budget: {figures}"
 
 
 def _report(result: LightenResult) -> Any:
-    from ..report.model import ModelRow, Report
+    from ..report.model import ModelRow, Report, environment
 
     rows = []
     for row in [result.baseline] + result.candidates:
@@ -156,7 +161,20 @@ def _report(result: LightenResult) -> Any:
         sections.append(("Export verification", line))
     return Report(title="onnxlite lighten", kind="lighten", rows=rows, primary_metric=result.primary_metric,
                   settings={"objective": result.objective, **{k: v for k, v in result.settings.items() if v is not None}},
-                  sections=sections)
+                  sections=sections, verdict=result.message, budgets=dict(result.budgets),
+                  details={row.name: _details(row) for row in [result.baseline] + result.candidates},
+                  environment=environment(result.settings.get("threads")),
+                  verification=list((result.export.get("verification") or {}).get("rows") or []))
+
+
+def _details(row: CandidateRow) -> dict[str, Any]:
+    """What the HTML report shows per candidate: drops with intervals, and what the strategy really did."""
+    quantize = row.quantize or {}
+    return {"strategy": row.strategy, "options": row.options, "reason": row.reason, "drops": dict(row.drops),
+            "intervals": dict(row.intervals), "quantized_ops": dict(quantize.get("quantized_ops") or {}),
+            "excluded_nodes": list(quantize.get("excluded_nodes") or []), "keep_float": list(row.keep_float),
+            "notes": list(quantize.get("notes") or []), "warnings": list(quantize.get("warnings") or []),
+            "quantize_seconds": row.quantize_seconds}
 
 
 def _confidence_section(result: LightenResult) -> str:

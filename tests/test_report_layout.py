@@ -1,0 +1,167 @@
+"""The lighten report page as a user sees it (issue 14), checked in headless Chromium at 1280 px: verdict
+first, a candidate table with every budgeted metric and its interval that needs no sideways scrolling,
+the drop-vs-size and drop-vs-latency charts with the budget line and labels that do not overlap, the
+environment, and what each candidate did."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_report import CHROMIUM_FLAGS, _chromium
+
+KEYS = ("last_hidden_state.pooled_cosine_mean", "last_hidden_state.pooled_cosine_min")
+
+
+def _result():
+    from onnxlite.search.results import CandidateRow, LightenResult
+
+    def lat(p50):
+        return {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.2, "mean": p50}
+
+    def interval(estimate, upper):
+        return {"estimate": estimate, "low": estimate * 0.6, "high": upper * 1.05, "upper": upper}
+
+    def row(name, strategy, status, size, p50, drops, reason, ops=None, excluded=()):
+        return CandidateRow(name=name, strategy=strategy, options={"op_types": ["MatMul", "Gemm"]}, status=status,
+                            size_bytes=size, latency_ms=lat(p50) if p50 else None, reason=reason,
+                            drops=dict(zip(KEYS, drops)),
+                            intervals={k: interval(d, d * 1.3 + 1e-4) for k, d in zip(KEYS, drops)},
+                            quantize={"quantized_ops": ops or {"MatMul": 36, "Gather": 1},
+                                      "excluded_nodes": list(excluded), "notes": ["per-channel int8 weights"]})
+
+    base = CandidateRow(name="fp32", strategy="fp32", options={}, status="reference", size_bytes=90_958_582,
+                        latency_ms=lat(1295.4), drops=dict(zip(KEYS, (0.0, 0.0))), reason="the exported model")
+    rows = [
+        row("smoothquant[alpha=0.8]", "smoothquant", "winner", 23_189_921, 627.6, (0.00198, 0.00397),
+            "fastest within budget: 3.92x smaller and 2.06x faster than fp32"),
+        row("weightonly[gather=int4]", "weightonly", "ok", 19_470_000, 835.4, (0.0026, 0.0051),
+            "within budget, but against the winner: 1.33x slower, 1.19x smaller"),
+        row("weightonly[gather=int8]", "weightonly", "ok", 23_380_000, 1012.8, (0.0012, 0.0030),
+            "within budget, but against the winner: 1.61x slower, 1.01x larger"),
+        row("dynamic[op_types=MatMul,Gemm,Gather]", "dynamic", "rejected", 23_060_000, None, (0.0067, 0.0140),
+            "over budget: last_hidden_state.pooled_cosine_mean: drop 0.006713, 95% bound 0.007052 > max 0.005; "
+            "last_hidden_state.pooled_cosine_min: drop 0.014 > max 0.01"),
+        row("dynamic", "dynamic", "rejected", 58_800_000, None, (0.0062, 0.0120), "over budget: ..."),
+        row("int4[block_size=128]", "int4", "rejected", 54_100_000, None, (0.0461, 0.0900), "over budget: ..."),
+        row("weightonly[bits=4,block_size=32,gather=int4]+float16", "weightonly", "rejected", 61_700_000, None,
+            (0.0133, 0.0250), "over budget: ...", excluded=[f"/encoder/layer.{i}/MatMul" for i in range(16)]),
+        CandidateRow(name="brokenplugin", strategy="broken", options={}, status="failed",
+                     reason="quantize failed: /tmp/onnxlite-x/scratch/fp32.onnx: NameError: name 'g' is not defined"),
+    ]
+    verification = {"atol": 1e-4, "rtol": 1e-3, "rows": [
+        {"output": out, "feed_set": fs, "passed": True, "exact": False, "max_abs_diff": 2.4e-6, "cosine_min": 0.9999999}
+        for out in ("last_hidden_state", "pooler_output") for fs in ("batch=2", "batch=3 padded")]}
+    return LightenResult(output_dir=Path("out"), winner=rows[0], baseline=base, candidates=rows, skipped=[],
+                         primary_metric=KEYS[0], budgets=dict(zip(KEYS, (0.005, 0.01))), objective="latency",
+                         message="winner: smoothquant[alpha=0.8]: 3.92x smaller, 2.06x faster than fp32, "
+                                 "last_hidden_state.pooled_cosine_mean drop 0.00198 (budget 0.005)",
+                         export={"framework": "pytorch", "verification": verification},
+                         settings={"provider": "cpu", "threads": 2}, data="95 held-out sentences")
+
+
+def test_the_page_opens_with_the_verdict_and_holds_every_part():
+    from onnxlite.report.html import render_html
+
+    html = render_html(_result().to_report())
+    assert "<script" not in html and not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    order = [html.index(s) for s in ("Verdict", "Trade-off", "Candidates", "Environment", "Details per candidate",
+                                     "Export verification: every check")]
+    assert order == sorted(order)
+    verdict = html[html.index("Verdict"):html.index("Trade-off")]
+    assert "3.92x smaller" in verdict and "2.06x faster" in verdict and "fastest within budget" in verdict
+    # both budgeted metrics, with intervals and bounds, in the table
+    table = html[html.index("Candidates"):html.index("Environment")]
+    assert table.count("drop<br>") == 2 and "[0.0012, 0.0028]" in table and "≤ 0.0027" in table
+    assert "fp32.onnx: NameError" in table and "/tmp/onnxlite-x" not in table
+    # the trade-off charts: every candidate with a drop on the size chart, the benchmarked ones on latency
+    size_svg = re.search(r'<svg[^>]*class="tradeoff size".*?</svg>', html, re.S).group(0)
+    latency_svg = re.search(r'<svg[^>]*class="tradeoff latency".*?</svg>', html, re.S).group(0)
+    assert size_svg.count('<g class="point"') == 8 and latency_svg.count('<g class="point"') == 4
+    assert 'class="budget"' in size_svg and "budget 0.005" in latency_svg
+    env = html[html.index("Environment"):html.index("Details per candidate")]
+    for needle in ("onnxruntime", "instruction sets", "AVX2", "VNNI", "threads", "command"):
+        assert needle in env, needle
+    assert "quantized op types: MatMul x36, Gather x1" in html and "nodes left in float: 16" in html
+    assert html.count("<td>pass</td>") == 4
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """The page at 1280 px in headless Chromium: a copy with a measuring script writes what overflows and which
+    chart labels overlap into the DOM (the report itself has no scripts); plus a screenshot."""
+    from onnxlite.report.files import write_report
+
+    browser = _chromium()
+    root = tmp_path_factory.mktemp("layout")
+    paths = write_report(_result().to_report(), root / "report")
+    probe = root / "probe.html"
+    script = """<script>
+    window.addEventListener('load', () => {
+      const width = document.documentElement.clientWidth;
+      const over = [];
+      for (const el of document.querySelectorAll('body *')) {
+        const r = el.getBoundingClientRect();
+        if (r.width && r.right > width + 0.5) over.push(el.tagName + '.' + (el.className.baseVal ?? el.className));
+      }
+      const overlaps = [];
+      for (const svg of document.querySelectorAll('svg.tradeoff')) {
+        const boxes = [...svg.querySelectorAll('text.label')].map(t => [t.textContent, t.getBoundingClientRect()]);
+        for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+          const a = boxes[i][1], b = boxes[j][1];
+          if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom)
+            overlaps.push(boxes[i][0] + ' / ' + boxes[j][0]);
+        }
+      }
+      const out = document.createElement('pre');
+      out.id = 'layout-result';
+      out.textContent = JSON.stringify({width, scrollWidth: document.documentElement.scrollWidth, over, overlaps,
+        labels: document.querySelectorAll('svg.tradeoff text.label').length});
+      document.body.appendChild(out);
+    });
+    </script>"""
+    probe.write_text(paths["html"].read_text().replace("</body>", script + "</body>"))
+    base = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={root / 'profile'}", "--window-size=1280,2400"]
+    dom = subprocess.run([*base, "--virtual-time-budget=3000", "--dump-dom", probe.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'<pre id="layout-result">(.*?)</pre>', dom.stdout, re.S)
+    assert found, dom.stdout[-2000:]
+    shot = root / "shot.png"
+    proc = subprocess.run([*base, "--hide-scrollbars", f"--screenshot={shot}", paths["html"].resolve().as_uri()],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import html as htmllib
+
+    return json.loads(htmllib.unescape(found.group(1))), shot
+
+
+def test_nothing_overflows_the_viewport_at_1280_px(measured):
+    layout, _ = measured
+    assert layout["width"] >= 1250
+    assert layout["scrollWidth"] <= layout["width"], layout
+    assert layout["over"] == [], layout["over"][:20]
+
+
+def test_chart_labels_do_not_overlap(measured):
+    layout, _ = measured
+    assert layout["labels"] >= 8        # most points keep a visible label
+    assert layout["overlaps"] == [], layout["overlaps"]
+
+
+def test_the_screenshot_shows_verdict_and_chart_colours(measured):
+    from PIL import Image
+
+    from onnxlite.report.html import PALETTE
+
+    _, shot = measured
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1280, 2400)
+    colours = set(image.getdata())
+    for status in ("winner", "rejected", "reference", "failed"):
+        rgb = tuple(int(PALETTE[status][i:i + 2], 16) for i in (1, 3, 5))
+        assert rgb in colours, status
