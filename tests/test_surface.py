@@ -243,3 +243,15 @@ def test_default_metrics_follow_what_each_output_is():
     # a metric the user names is used as asked, with no "why"
     named = resolve_metrics(outputs, {}, requested=["pooler_output.top1_agreement"])
     assert [(m.key, m.why) for m in named] == [("pooler_output.top1_agreement", "")]
+
+
+def test_bench_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
+    from test_example_plugin import write_gemm_head
+
+    model = write_gemm_head(tmp_path / "m.onnx")
+    result = run_cli("bench", str(model), str(model), "--runs", "4", "--warmup", "1")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("· ")]
+    assert any("measuring" in line for line in lines) and any("100%" in line for line in lines), result.stderr
+    # one line per step and quarter, not one per interleaved turn
+    assert sum("measuring" in line for line in lines) <= 5, lines

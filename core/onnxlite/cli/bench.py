@@ -68,7 +68,8 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
 
 
 class _progress:
-    """A rich progress bar on stderr; a no-op callback when stderr is not a terminal."""
+    """A rich progress bar on stderr; when stderr is not a terminal (CI logs, pipes), one line per step and
+    per quarter of the run instead, as lighten prints, so a minute of measuring never looks like a hang."""
 
     def __init__(self, err, enabled: bool):
         self.err, self.enabled = err, enabled
@@ -76,7 +77,18 @@ class _progress:
 
     def __enter__(self):
         if not self.enabled:
-            return None
+            seen = {"name": None, "quarter": -1}
+
+            def lines(fraction: float, name: str) -> None:
+                # "measuring A", "measuring B"... alternate every turn: a new step is a new verb, or
+                # loading/warming up a new model, not a new name in the interleaving
+                step = name if not name.startswith("measuring") else "measuring"
+                quarter = int(max(0.0, min(fraction, 1.0)) * 4)
+                if step != seen["name"] or quarter > seen["quarter"]:
+                    seen["name"], seen["quarter"] = step, quarter
+                    self.err.print(f"· {name} ({fraction:.0%})", markup=False, highlight=False)
+
+            return lines
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
