@@ -70,16 +70,26 @@ def test_winner_accuracy_recomputed_with_onnxruntime_is_within_a_point_of_keras(
     import keras
     import onnxruntime as ort
 
+    from onnxlite.evaluation.intervals import split_parts
+    from onnxlite.evaluation.judge import DEFAULT_BATCH
+
     data = np.load(lightened["folder"] / "digits_test.npz")
     pixels, labels = data["pixels"], data["labels"]
-    keras_accuracy = float((keras.models.load_model(lightened["source"]).predict(pixels, verbose=0)
-                            .argmax(axis=1) == labels).mean())
+    keras_hits = keras.models.load_model(lightened["source"]).predict(pixels, verbose=0).argmax(axis=1) == labels
     session = ort.InferenceSession(str(lightened["out"] / "model.onnx"), providers=["CPUExecutionProvider"])
-    onnx_accuracy = float((session.run(None, {"pixels": pixels})[0].argmax(axis=1) == labels).mean())
-    assert keras_accuracy > 0.8  # the model learnt something, so the comparison means something
-    assert onnx_accuracy >= keras_accuracy - 0.01
+    # in the judge's batches: dynamic int8 takes its activation scales from each batch, so they matter
+    logits = [session.run(None, {"pixels": pixels[i:i + DEFAULT_BATCH]})[0] for i in range(0, len(pixels), DEFAULT_BATCH)]
+    onnx_hits = np.concatenate(logits).argmax(axis=1) == labels
+    assert keras_hits.mean() > 0.8  # the model learnt something, so the comparison means something
+    assert onnx_hits.mean() >= keras_hits.mean() - 0.01
     result = lightened["result"]
     key = result.primary_metric
+    # lighten reports the confirm part's figures (the select part only picks among option grids): the same
+    # seeded split of the held-out samples, recomputed here.
+    parts = result.evidence["parts"]
+    confirm = list(split_parts(len(labels)).confirm) if parts.get("select") else list(range(len(labels)))
+    assert len(confirm) == parts["confirm"]
+    keras_accuracy, onnx_accuracy = float(keras_hits[confirm].mean()), float(onnx_hits[confirm].mean())
     # lighten's own figures are these: the winner scored by onnxruntime, its drop measured from Keras's score.
     assert result.winner.metrics[key] == pytest.approx(onnx_accuracy)
     assert result.winner.metrics[key] + result.winner.drops[key] == pytest.approx(keras_accuracy)
