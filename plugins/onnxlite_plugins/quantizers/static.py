@@ -12,7 +12,7 @@ exclusion by glob pattern.
 from __future__ import annotations
 
 import contextlib
-import sys
+import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -187,7 +187,8 @@ class StaticQuantizer:
             try:
                 # quantize_static logs a pre-processing hint at WARNING even after quant_pre_process ran, and
                 # the histogram calibrators print progress to stdout, which must stay clean for --json.
-                with quiet_root_logging(), contextlib.redirect_stdout(sys.stderr):
+                # ("Collecting tensor data and making histogram ..." is noise beside onnxlite's own progress)
+                with quiet_root_logging(), contextlib.redirect_stdout(io.StringIO()):
                     quantize_static(
                         str(prepared), str(quantized), reader,
                         quant_format=QuantFormat.QDQ if opts["format"] == "QDQ" else QuantFormat.QOperator,
