@@ -61,7 +61,9 @@ def _result():
                          message="winner: smoothquant[alpha=0.8]: 3.92x smaller, 2.06x faster than fp32, "
                                  "last_hidden_state.pooled_cosine_mean drop 0.00198 (budget 0.005)",
                          export={"framework": "pytorch", "verification": verification},
-                         settings={"provider": "cpu", "threads": 2}, data="95 held-out sentences")
+                         settings={"provider": "cpu", "threads": 2}, data="95 held-out sentences",
+                         evidence={"metric_why": {KEYS[0]: "last_hidden_state is token embeddings ([batch, seq, "
+                                                           "hidden] with an attention mask: mean-pooled)"}})
 
 
 def test_the_page_opens_with_the_verdict_and_holds_every_part():
@@ -74,6 +76,7 @@ def test_the_page_opens_with_the_verdict_and_holds_every_part():
     assert order == sorted(order)
     verdict = html[html.index("Verdict"):html.index("Trade-off")]
     assert "3.92x smaller" in verdict and "2.06x faster" in verdict and "fastest within budget" in verdict
+    assert "Judged by" in verdict and "is token embeddings" in verdict     # which metric decided, and why
     # both budgeted metrics, with intervals and bounds, in the table
     table = html[html.index("Candidates"):html.index("Environment")]
     assert table.count("drop<br>") == 2 and "[0.0012, 0.0028]" in table and "≤ 0.0027" in table

@@ -83,6 +83,9 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
     else:
         out = console()
         out.print(_table(result, out.width))
+        why = (result.evidence or {}).get("metric_why", {}).get(result.primary_metric)
+        if why:
+            out.print(f"judged by {result.primary_metric}: {why}", markup=False)
         for line in _reasons(result, out.width):
             out.print(f"- {line}", markup=False)
         out.print("")

@@ -338,7 +338,7 @@ class Judge:
 
     def metric_info(self) -> dict[str, dict[str, Any]]:
         return {m.key: {"output": m.output, "metric": m.name, "higher_is_better": m.higher_is_better,
-                        "description": m.description} for m in self.metrics}
+                        "description": m.description, "why": m.why} for m in self.metrics}
 
 
 def _rename_like(outputs: dict[str, np.ndarray], candidate: str | os.PathLike[str]) -> dict[str, np.ndarray]:

@@ -90,8 +90,11 @@ def _verdict(report: Report) -> str:
             figs.append((f"drop {drop:.4g}", f"{key} (budget {report.budgets.get(key, float('nan')):.4g}{bound})"))
     cells = "".join(f'<div class="fig"><b>{escape(a)}</b><span>{escape(b)}</span></div>' for a, b in figs)
     why = details.get("reason") or winner.note
+    judged = report.metric_why.get(report.primary_metric or "")
+    judged = (f"<p><strong>Judged by</strong> <code>{escape(report.primary_metric or '')}</code>: {escape(judged)}</p>"
+              if judged else "")
     return (f'<section class="card verdict"><h2>Verdict</h2><p class="big">Winner: {_breakable(winner.name)}</p>'
-            f'<div class="figs">{cells}</div><p><strong>Why:</strong> {escape(why)}</p>'
+            f'<div class="figs">{cells}</div><p><strong>Why:</strong> {escape(why)}</p>{judged}'
             f"<p>{escape(shorten_paths(report.verdict))}</p></section>")
 
 

@@ -382,6 +382,7 @@ class _Search:
 
         record = dict(self.evidence)
         record["width_notes"] = width_notes(self.rows, self.judge.budgets, self.judge.estimate_only)
+        record["metric_why"] = {m.key: m.why for m in self.judge.metrics if m.why}   # defaults: why each one
         return record
 
     # OUTDIR appears whole, or not at all
