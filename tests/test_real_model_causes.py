@@ -278,3 +278,14 @@ def test_static_calibration_is_bounded_by_the_memory_available(tmp_path, monkeyp
     bounded, unbounded = scales(result.path), scales(roomy.path)
     assert bounded.keys() == unbounded.keys() and bounded
     assert all(np.allclose(bounded[k], unbounded[k]) for k in bounded)
+
+
+def test_batch_axis_rule_keeps_a_fixed_batch_of_one_first():
+    from onnxlite.inputs import InputSpec, make_feeds
+
+    assert InputSpec("ids", "int64", (1, "dim1")).batch_axis == 0           # batch 1, dynamic sequence
+    state = InputSpec("state", "float32", (2, "dim1", 128))               # silero_vad.onnx: nothing named
+    assert state.batch_axis == 1
+    audio = InputSpec("input", "float32", ("batch", "dim1"))
+    feeds = make_feeds([audio, state], batch=3, seq=8, sizes={"batch": 3, "dim1": 8})
+    assert feeds["input"].shape == (3, 8) and feeds["state"].shape == (2, 3, 128)

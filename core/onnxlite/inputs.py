@@ -53,13 +53,18 @@ class InputSpec:
 
     @property
     def batch_axis(self) -> int | None:
-        """The sample axis: the dim named like a batch, else the first dynamic one, else 0; None for
-        scalars and constants."""
+        """The sample axis; None for scalars and constants.
+
+        The dim named like a batch; else axis 0 when it is dynamic or 1 (a fixed batch of one); else
+        the first dynamic axis (a state ``[2, ?, 128]`` batches on axis 1); else 0.
+        """
         if not self.shape or self.value is not None:
             return None
         named = [i for i, d in enumerate(self.shape) if isinstance(d, str) and _is_batch_name(d)]
         if named:
             return named[0]
+        if isinstance(self.shape[0], str) or self.shape[0] == 1:
+            return 0
         dynamic = list(self.dynamic_axes)
         return dynamic[0] if dynamic else 0
 
@@ -148,11 +153,8 @@ def specs_from_onnx(model: Any) -> list[InputSpec]:
         for i, dim in enumerate(tensor.shape.dim):
             if dim.HasField("dim_value") and dim.dim_value > 0:
                 dims.append(int(dim.dim_value))
-            elif dim.dim_param:
-                dims.append(dim.dim_param)
             else:
-                # unnamed: the first dynamic axis is taken for the batch (a state [2, ?, 128] batches on axis 1)
-                dims.append("batch" if not any(isinstance(d, str) for d in dims) else f"dim{i}")
+                dims.append(dim.dim_param or ("batch" if i == 0 else f"dim{i}"))
         spec = InputSpec(value.name, dtype, tuple(dims)).with_role()
         if spec.role == "ids" and spec.name in vocab:
             spec = replace(spec, value_range=(0, vocab[spec.name]))
@@ -183,10 +185,12 @@ def resolve_shape(spec: InputSpec, batch: int, seq: int, sizes: Mapping[str, int
     for i, dim in enumerate(spec.shape):
         if isinstance(dim, int):
             shape.append(dim)
+        elif i == spec.batch_axis:   # before sizes: unnamed dims are called dim1, dim2... in every input
+            shape.append(batch)
         elif dim in sizes:
             shape.append(sizes[dim])
         else:
-            shape.append(batch if i == spec.batch_axis else seq)
+            shape.append(seq)
     return tuple(shape)
 
 
