@@ -234,6 +234,7 @@ class Judge:
         judge.reference_name = run.name
         judge.framework = run.framework
         judge.batch_axes, judge.output_axes = dict(run.batch_axes), dict(run.output_axes)
+        judge.batch_cap = run.batch_cap
         if run.batch_cap:
             judge.batch_size = min(judge.batch_size, run.batch_cap)
         judge.data_description = run.description
@@ -247,6 +248,8 @@ class Judge:
     #: inputs whose sample axis is not 0 (None: scalars and constants), and outputs likewise
     batch_axes: Mapping[str, int | None] = {}
     output_axes: Mapping[str, int | None] = {}
+    #: the most samples the model takes at once (a fixed batch axis), or None
+    batch_cap: int | None = None
 
     @property
     def samples(self) -> int:

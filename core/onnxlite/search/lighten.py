@@ -312,7 +312,7 @@ class _Search:
         if not survivors:
             return
         samples = self.judge.samples
-        size = max(1, min(batch or 32, samples))
+        size = max(1, min(batch or 32, samples, self.judge.batch_cap or samples))   # a fixed batch axis caps it
         feeds = self.judge.first_feeds(size)
         self.bench_batch = size
         self.emit("stage", {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
