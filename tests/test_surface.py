@@ -255,3 +255,19 @@ def test_bench_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
     assert any("measuring" in line for line in lines) and any("100%" in line for line in lines), result.stderr
     # one line per step and quarter, not one per interleaved turn
     assert sum("measuring" in line for line in lines) <= 5, lines
+
+
+def test_quantize_table_shows_an_auto_option_once_and_each_warning_once(capsys, monkeypatch, tmp_path):
+    from onnxlite.cli.quantize import _print_result
+    from onnxlite.quantization.run import QuantizeResult
+
+    monkeypatch.setenv("COLUMNS", "200")
+    result = QuantizeResult(path=tmp_path / "out.onnx", strategy="static", options={"per_channel": None},
+                            size_before=100, size_after=101, quantized_ops={"Conv": 3},
+                            details={"per_channel": True}, warnings=["this model is conv-heavy"],
+                            source=tmp_path / "in.onnx")
+    _print_result(result)
+    out = capsys.readouterr().out
+    assert "per_channel=True (auto)" in out and "None" not in out and "per channel" not in out
+    assert "1.01x larger" in out and "smaller" not in out          # never "0.99x smaller"
+    assert "conv-heavy" not in out and "1 (printed above)" in out   # printed once, on stderr, as it happened
