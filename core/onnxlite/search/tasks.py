@@ -142,6 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m onnxlite.search.tasks TASK.json RESULT.json", file=sys.stderr)
         return 2
+    # A candidate dies with whatever started it (lighten, or a Ray worker that was killed):
+    # an orphan would keep quantizing, holding cores and memory nobody will read.
+    from ..benchmark.worker import die_with_parent
+
+    die_with_parent()
     task = json.loads(Path(args[0]).read_text())
     result = run_task(task)
     from ..atomic import write_text
