@@ -168,3 +168,15 @@ def test_the_screenshot_shows_verdict_and_chart_colours(measured):
     for status in ("winner", "rejected", "reference", "failed"):
         rgb = tuple(int(PALETTE[status][i:i + 2], 16) for i in (1, 3, 5))
         assert rgb in colours, status
+
+
+def test_the_chart_draws_a_budgeted_metric_and_small_models_in_kb():
+    from onnxlite.report.lighten_page import tradeoff_svg
+    from onnxlite.report.html import PALETTE
+
+    report = _result().to_report()
+    report.budgets = {KEYS[1]: 0.01}            # the primary metric has no budget: draw the one that has
+    for row in report.rows:
+        row.size_bytes = row.size_bytes // 1000 if row.size_bytes else None
+    svg = tradeoff_svg(report, "size", PALETTE)
+    assert f'aria-label="{KEYS[1]} drop against size on disk (KB)"' in svg and "budget 0.01" in svg

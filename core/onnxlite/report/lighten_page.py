@@ -109,8 +109,15 @@ def _breakable(name: str) -> str:
 
 # -- trade-off charts -------------------------------------------------------------------------------------
 
+def _chart_key(report: Report) -> str | None:
+    """The metric the trade-off is drawn on: the primary one if it has a budget, else the first budgeted one."""
+    if report.primary_metric in report.budgets or not report.budgets:
+        return report.primary_metric
+    return next(iter(report.budgets))
+
+
 def _charts(report: Report, palette: dict[str, str]) -> str:
-    primary = report.primary_metric
+    primary = _chart_key(report)
     if not primary:
         return ""
     size = tradeoff_svg(report, "size", palette)
@@ -136,15 +143,17 @@ def _drop(report: Report, row: ModelRow, key: str) -> tuple[float | None, float 
 
 def tradeoff_svg(report: Report, axis: str, palette: dict[str, str], width: int = 560, height: int = 340) -> str:
     """Drop on the primary metric (y) against size or p50 latency (x), the budget as a dashed line."""
-    key = report.primary_metric or ""
+    key = _chart_key(report) or ""
     budget = report.budgets.get(key)
+    sizes = [r.size_bytes for r in report.rows if r.size_bytes]
+    unit, scale = ("MB", 1024**2) if sizes and max(sizes) >= 1024**2 else ("KB", 1024)
     points = []
     for index, row in enumerate(report.rows):
-        x = (row.size_bytes / 1024**2 if row.size_bytes else None) if axis == "size" else _p50(row)
+        x = (row.size_bytes / scale if row.size_bytes else None) if axis == "size" else _p50(row)
         drop, upper = _drop(report, row, key)
         if x is not None and drop is not None and math.isfinite(drop):
             points.append((index, row, float(x), float(drop), upper))
-    title = "size on disk (MB)" if axis == "size" else "latency p50 (ms)"
+    title = f"size on disk ({unit})" if axis == "size" else "latency p50 (ms)"
     if not points:
         return f'<p class="caption">No candidate has both a {escape(title)} and a drop.</p>'
     top = max([budget or 0.0] + [p[3] for p in points]) or 0.01
@@ -205,8 +214,8 @@ def tradeoff_svg(report: Report, axis: str, palette: dict[str, str], width: int 
     for index, row, cx, cy, shape, x, drop in marks:
         text = str(index) + (f" {row.name}" if row.status in {"winner", "reference"} else "")
         label = _place(text, cx, cy, boxes, (ml, mt, ml + pw, mt + ph))
-        unit = "MB" if axis == "size" else "ms"
-        tip = f"{index}. {row.name} ({row.status}): {x:.3g} {unit}, drop {drop:.4g}"
+        unit_text = unit if axis == "size" else "ms"
+        tip = f"{index}. {row.name} ({row.status}): {x:.3g} {unit_text}, drop {drop:.4g}"
         out.append(f'<g class="point" data-name="{escape(row.name)}" data-status="{escape(row.status)}">'
                    f"<title>{escape(tip)}</title>{shape}{label}</g>")
     out.append("</svg>")
@@ -241,8 +250,9 @@ def _table(report: Report, palette: dict[str, str]) -> str:
     head = ['<th style="width:3%">#</th>', '<th style="width:22%">candidate</th>', '<th style="width:8%">status</th>',
             '<th style="width:8%">size</th>', '<th style="width:8%">p50 ms</th>']
     share = max(8, 24 // max(1, len(keys)))
-    head += [f'<th style="width:{share}%">{_breakable_key(k)} drop<br><small>[interval] ≤ bound / budget '
-             f"{report.budgets.get(k, float('nan')):.3g}</small></th>" for k in keys]
+    head += [f'<th style="width:{share}%">{_breakable_key(k)} drop<br><small>[interval] ≤ bound / '
+             + (f"budget {report.budgets[k]:.3g}" if k in report.budgets else "no budget") + "</small></th>"
+             for k in keys]
     head.append("<th>why</th>")
     body = []
     for index, row in enumerate(report.rows):
