@@ -87,7 +87,7 @@ def test_opset12_falls_back_to_per_tensor_when_the_converter_cannot(tmp_path, mo
     ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
 
 
-def _fixed_size_detector(path, size: int = 16):
+def _fixed_size_detector(path, size: int = 16, batch="batch"):
     """A graph that runs only at ``size`` x ``size`` (an Add with a fixed positional map, as in DBNet's FPN)."""
     rng = np.random.default_rng(2)
     weight = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
@@ -100,8 +100,8 @@ def _fixed_size_detector(path, size: int = 16):
              helper.make_node("Reshape", ["r", "shape"], ["flat"]),
              helper.make_node("MatMul", ["flat", "head"], ["y"])]
     graph = helper.make_graph(nodes, "fixed_size",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6])],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 6])],
                               initializer=[weight, pos, head, shape])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -289,3 +289,15 @@ def test_batch_axis_rule_keeps_a_fixed_batch_of_one_first():
     audio = InputSpec("input", "float32", ("batch", "dim1"))
     feeds = make_feeds([audio, state], batch=3, seq=8, sizes={"batch": 3, "dim1": 8})
     assert feeds["input"].shape == (3, 8) and feeds["state"].shape == (2, 3, 128)
+
+
+def test_a_fixed_batch_of_one_is_judged_and_benchmarked_one_sample_at_a_time(tmp_path):
+    """An Ultralytics export takes images[1, 3, 1024, 1024]: the judge ran it in batches of 8 and failed."""
+    model = _fixed_size_detector(tmp_path / "one.onnx", batch=1)
+    data = _calibration(tmp_path / "data.npz", (20, 3, 16, 16))
+    result = onnxlite.lighten(str(model), tmp_path / "out", data=str(data), strategies=["static", "fp16"],
+                              max_drop="5%", runs=3, partial=False)
+    failed = [(r.name, r.reason) for r in result.candidates if r.status == "failed"]
+    assert not failed, failed
+    assert result.winner is not None, result.message   # fp16 at least: half the size, the same answers
+    assert result.settings["bench_batch"] == 1 and result.settings["held_out_samples"] == 12
