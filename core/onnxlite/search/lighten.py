@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +29,8 @@ from ..stats import DEFAULT_CONFIDENCE
 from ..report.text import size_change, speed_change
 from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
-from .recipes import copy_hf_files, record
+from .outdir import publish
+from .recipes import record
 from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         state.benchmark(batch, runs)
         result = state.finish(objective, out, chosen)
         result.seconds = round(time.perf_counter() - started, 1)
-        state.publish(result, out, force)
+        publish(state, result, out)
     emit("done", {"message": result.message})
     return result
 
@@ -384,36 +384,3 @@ class _Search:
         record["width_notes"] = width_notes(self.rows, self.judge.budgets, self.judge.estimate_only)
         record["metric_why"] = {m.key: m.why for m in self.judge.metrics if m.why}   # defaults: why each one
         return record
-
-    # OUTDIR appears whole, or not at all
-    def publish(self, result: LightenResult, out: Path, force: bool) -> None:
-        from ..atomic import write_text
-        from ..modelio import publish_model
-        from .recipes import Recipe
-        from ..report.files import write_report
-
-        staged = self.work / "out"
-        staged.mkdir()
-        if result.winner is not None:
-            publish_model(result.winner.path, staged / "model.onnx")
-            recipe = Recipe(strategy=result.winner.strategy, options=result.winner.options,
-                            excluded_nodes=tuple(result.winner.keep_float), metric=self.judge.primary,
-                            max_drop=self.judge.budgets.get(self.judge.primary),
-                            budgets=dict(self.judge.budgets), objective=result.objective,
-                            provider=self.settings.provider, framework=self.framework,
-                            inputs=tuple(str(s) for s in self.specs), **self.record)
-            write_text(staged / "recipe.toml", recipe.to_toml())
-            copy_hf_files(self.source, staged, staged / "model.onnx")   # config and tokenizer: it loads as it came
-        names = write_report(result.to_report(), staged)
-        backup = None
-        if out.exists():
-            backup = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, backup)
-        os.replace(staged, out)
-        if backup is not None:
-            shutil.rmtree(backup, ignore_errors=True)
-        result.reports = {kind: out / Path(path).name for kind, path in names.items()}
-        if result.winner is not None:
-            result.model_path, result.recipe_path = out / "model.onnx", out / "recipe.toml"
-
-
