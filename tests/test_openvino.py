@@ -19,8 +19,8 @@ import pytest
 from conftest import run_cli
 
 ort = pytest.importorskip("onnxruntime")
-pytestmark = pytest.mark.skipif("OpenVINOExecutionProvider" not in ort.get_available_providers(),
-                                reason="this onnxruntime build has no OpenVINO EP (pip install 'onnxlite[openvino]')")
+needs_openvino = pytest.mark.skipif("OpenVINOExecutionProvider" not in ort.get_available_providers(),
+                                    reason="this onnxruntime build has no OpenVINO EP (pip install 'onnxlite[openvino]')")
 OV = "OpenVINOExecutionProvider"
 CPU = "CPUExecutionProvider"
 
@@ -103,6 +103,7 @@ def _profile_vs_log(path: Path):
     return report, logged
 
 
+@needs_openvino
 @pytest.mark.parametrize("name", ["cnn_qoperator", "mlp_qoperator"])
 def test_fallback_report_agrees_with_the_partitioner_node_for_node(models, name):
     report, logged = _profile_vs_log(models[name])
@@ -123,6 +124,7 @@ def test_fallback_report_agrees_with_the_partitioner_node_for_node(models, name)
     assert report.to_dict()["fallback"] == logged_cpu
 
 
+@needs_openvino
 @pytest.mark.parametrize("name", ["cnn", "cnn_qdq", "mlp", "mlp_qdq"])
 def test_fp32_and_qdq_models_run_entirely_on_openvino(models, name):
     from onnxlite.placement import cpu_fallback_nodes
@@ -134,6 +136,7 @@ def test_fp32_and_qdq_models_run_entirely_on_openvino(models, name):
     assert cpu_fallback_nodes(models[name], _settings()) == {}
 
 
+@needs_openvino
 def test_compare_and_bench_run_on_openvino_and_show_the_fallback(models):
     result = run_cli("compare", str(models["cnn"]), str(models["cnn_qoperator"]), str(models["cnn_qdq"]),
                      "--provider", "openvino", "--data", str(models["cnn_data"]), "--json")
@@ -153,19 +156,51 @@ def test_compare_and_bench_run_on_openvino_and_show_the_fallback(models):
     assert all(r["providers"][0] == OV for r in rows)
 
 
-def test_lighten_judges_and_benchmarks_on_openvino(models, tmp_path):
+@needs_openvino
+def test_lighten_judges_and_benchmarks_on_openvino_and_keeps_to_its_runtime(models, tmp_path):
+    import onnx
+
+    from onnxlite.runtime_compat import METADATA_KEY, installed_limits
+
+    version, max_ir, _ = installed_limits()
     out = tmp_path / "light"
     result = run_cli("lighten", str(models["mlp"]), "-o", str(out), "--data", str(models["mlp_data"]),
-                     "--provider", "openvino", "--threads", "2", "--strategies", "static,dynamic",
-                     "--max-drop", "cosine_mean=1%", "--json")
+                     "--provider", "openvino", "--threads", "2", "--max-drop", "cosine_mean=1%",
+                     "--target-runtime", f"onnxruntime=={version}", "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["settings"]["provider"] == "openvino"
+    # The grid followed OpenVINO's fast formats: MatMulInteger was not tried, and the report says why.
+    skipped = {s["strategy"]: s["reason"] for s in summary["skipped"]}
+    assert "does not run fast" in skipped["dynamic"]
+    assert all(c["strategy"] != "dynamic" for c in summary["candidates"])
     measured = [c for c in summary["candidates"] if c.get("latency_ms")]
     assert measured, summary["candidates"]
-    assert (out / "model.onnx").exists()
+    # model.onnx loads in this very build and says what it needs.
+    model = onnx.load(str(out / "model.onnx"))
+    assert model.ir_version <= max_ir
+    assert {p.key: p.value for p in model.metadata_props}[METADATA_KEY].startswith("onnxruntime>=")
 
 
+@needs_openvino
+def test_lighten_rows_get_the_fallback_and_its_time(models):
+    """What lighten shows for a candidate whose nodes fell back (record_fallback, then its reason)."""
+    from types import SimpleNamespace
+
+    from onnxlite.placement import record_fallback
+
+    rows = [SimpleNamespace(name=n, path=str(models[n]), latency_ms={"p50": 1.0}) for n in ("cnn_qoperator", "cnn_qdq")]
+    found = record_fallback(rows, _settings(), None)
+    assert set(found) == {"cnn_qoperator"}   # the QDQ model ran wholly on OpenVINO
+    entry = found["cnn_qoperator"]
+    assert entry["nodes"] > 0 and entry["ms"] > 0 and "QLinearConv" in entry["ops"]
+    assert entry["summary"].startswith(f"{entry['nodes']} node(s) ran on the CPU instead of {OV}")
+    from onnxlite.runtime import SessionSettings
+
+    assert record_fallback(rows, SessionSettings(provider="cpu"), None) == {}
+
+
+@needs_openvino
 def test_a_default_ir_model_fails_here_and_fitting_to_this_build_makes_it_load(models, tmp_path):
     """onnx 1.23 stamps IR 14; onnxruntime-openvino 1.24 loads IR <= 13 (the issue's trap), --target-runtime fixes it."""
     import onnx
@@ -188,3 +223,28 @@ def test_a_default_ir_model_fails_here_and_fitting_to_this_build_makes_it_load(m
     onnx.save(model, str(fitted))
     session = create_session(fitted, _settings())
     assert session.get_providers()[0] == OV
+
+
+def test_the_grid_follows_the_providers_fast_formats(models):
+    """On OpenVINO, lighten does not try formats the spec says it runs slowly (no OpenVINO EP needed to plan)."""
+    import onnx
+
+    from onnxlite.search.candidates import build_candidates
+
+    model = onnx.load(str(models["mlp"]))
+    cpu, cpu_skipped = build_candidates(model, has_calibration=True, provider="cpu")
+    ov, ov_skipped = build_candidates(model, has_calibration=True, provider="openvino")
+    reasons = {s.strategy: s.reason for s in ov_skipped}
+    # dynamic (MatMulInteger) runs but is slower than fp32 there: not in the grid, with the reason
+    assert "dynamic" in {c.strategy for c in cpu} and "dynamic" not in {c.strategy for c in ov}
+    assert "writes qoperator models, which openvino does not run fast" in reasons["dynamic"]
+    # static keeps its QDQ candidates and loses the QOperator ones
+    assert {c.options.get("format", "QDQ") for c in ov if c.strategy == "static"} == {"QDQ"}
+    assert any(c.strategy == "static" and c.options.get("format") == "QOperator" for c in cpu)
+    # weight-only MatMulNBits is one of OpenVINO's fast formats
+    assert {c.name for c in cpu if c.strategy == "weightonly"} == {c.name for c in ov if c.strategy == "weightonly"}
+    # naming a strategy still tries it, whatever the provider runs fast
+    named, _ = build_candidates(model, strategies=["dynamic"], has_calibration=True, provider="openvino")
+    assert [c.strategy for c in named] and {c.strategy for c in named} == {"dynamic"}
+    # and the CPU's grid is what it was: nothing there is skipped for its format
+    assert not any("does not run fast" in s.reason for s in cpu_skipped)

@@ -181,3 +181,43 @@ def test_stamp_records_the_minimum_in_the_model():
     needs = stamp(model)
     assert get_metadata(model)[METADATA_KEY] == needs.summary()
     assert needs.summary().startswith("onnxruntime>=1.18 (IR 9; ai.onnx 17)")
+
+
+def test_quantize_target_runtime_writes_a_model_that_release_loads(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import onnx
+
+    from onnxlite.runtime_compat import METADATA_KEY, installed_limits
+
+    source = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(ir=installed_limits()[1]), str(source))   # the newest IR the installed build loads
+    out = tmp_path / "mlp.int8.onnx"
+    cmd = [sys.executable, "-m", "onnxlite", "quantize", str(source), "-o", str(out), "--strategy", "dynamic"]
+    result = subprocess.run(cmd + ["--target-runtime", "onnxruntime==1.22", "--json"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    model = onnx.load(str(out))
+    assert model.ir_version <= 10   # what onnxruntime 1.22 loads
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert meta[METADATA_KEY] == json.loads(result.stdout)["details"]["runtime"]
+    assert meta[METADATA_KEY].startswith("onnxruntime>=1.")
+    bad = subprocess.run(cmd + ["--target-runtime", "onnxruntime>=1.24", "--force"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--target-runtime" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_without_any_onnxruntime_build_commands_say_which_extra_to_install(tmp_path):
+    import subprocess
+    import sys
+
+    # sys.modules[name] = None makes importlib.util.find_spec report the module as absent.
+    hide = "import sys; sys.modules['onnxruntime'] = None; from onnxlite.cli import main; main(sys.argv[1:])"
+    run = lambda *args: subprocess.run([sys.executable, "-c", hide, *args], capture_output=True, text=True)
+    result = run("quantize", str(tmp_path / "model.onnx"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "Error: no onnxruntime build is installed: pip install 'onnxlite[cpu]' "
+        "(or onnxlite[gpu], onnxlite[openvino], onnxlite[directml] for that build)"]
+    assert run("quantize", "--help").returncode == 0   # help needs no runtime
+    assert run("--version").returncode == 0

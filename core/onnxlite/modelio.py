@@ -15,6 +15,8 @@ from .ops import QUANTIZED_OPS  # noqa: F401 - modelio.QUANTIZED_OPS stays on th
 if TYPE_CHECKING:
     import onnx
 
+    from .runtime_compat import TargetRuntime
+
 #: protobuf refuses single files over 2 GiB; above this we always write external data.
 EXTERNAL_DATA_THRESHOLD = 2 * 1024**3 - 64 * 1024**2
 
@@ -231,15 +233,25 @@ def get_metadata(model: onnx.ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
-def save_model(model: onnx.ModelProto, target: str | os.PathLike[str], external_data: bool | None = None) -> Path:
+def save_model(model: onnx.ModelProto, target: str | os.PathLike[str], external_data: bool | None = None,
+               runtime: TargetRuntime | None = None) -> Path:
     """Write ``model`` to ``target`` atomically.
 
     ``external_data=None`` writes external data only when the model would not
     fit in one protobuf file.  The data file (``<name>.data``) is moved into
     place before the model file, so nobody ever sees a model without its data.
+    ``runtime`` (``runtime_compat.parse_target``) lowers the IR version or opset
+    where valid so that release loads the file, and refuses what it cannot
+    load.  The oldest onnxruntime the file needs goes in its metadata
+    (``onnxlite.min_onnxruntime``).
     """
     import onnx
 
+    from .runtime_compat import fit_to_target, stamp
+
+    if runtime is not None:
+        fit_to_target(model, runtime)
+    stamp(model)
     target = Path(target)
     if external_data is None:
         external_data = model.ByteSize() > EXTERNAL_DATA_THRESHOLD
@@ -258,7 +270,8 @@ def save_model(model: onnx.ModelProto, target: str | os.PathLike[str], external_
 
 
 def publish_model(produced: str | os.PathLike[str], target: str | os.PathLike[str],
-                  external_data: bool | None = None, metadata: dict[str, str] | None = None) -> Path:
+                  external_data: bool | None = None, metadata: dict[str, str] | None = None,
+                  runtime: TargetRuntime | None = None) -> Path:
     """Move a model a tool wrote in a scratch folder to ``target`` atomically, re-homing its external data.
 
     ``external_data=None`` keeps external data if the produced model had it.
@@ -270,4 +283,4 @@ def publish_model(produced: str | os.PathLike[str], target: str | os.PathLike[st
         set_metadata(model, metadata)
     if external_data is None:
         external_data = had_external or model.ByteSize() > EXTERNAL_DATA_THRESHOLD
-    return save_model(model, target, external_data=external_data)
+    return save_model(model, target, external_data=external_data, runtime=runtime)

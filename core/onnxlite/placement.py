@@ -263,6 +263,52 @@ def node_placement(model_path: str | os.PathLike[str], settings: SessionSettings
     return {node: info["provider"] for node, info in profile_nodes(model_path, settings, feeds).items()}
 
 
+def record_fallback(rows: Iterable[Any], settings: SessionSettings,
+                    feeds: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
+    """Row name -> what fell back (nodes, time, ops, one-line summary), for benchmarked rows that did.
+
+    Empty on the CPU provider; a model that cannot be profiled is left out
+    (its benchmark already said why).
+    """
+    found: dict[str, dict[str, Any]] = {}
+    if settings.provider == "cpu":
+        return found
+    for row in rows:
+        if getattr(row, "latency_ms", None) is None or not getattr(row, "path", None):
+            continue
+        try:
+            report = placement_report(row.path, settings, feeds, runs=3)
+        except Exception:  # noqa: BLE001 - a profile that fails must not lose the search's result
+            continue
+        if report.fallback:
+            found[row.name] = {"nodes": len(report.fallback), "ms": round(report.fallback_ms, 3),
+                               "run_ms": None if report.run_ms is None else round(report.run_ms, 3),
+                               "ops": report.fallback_ops(), "summary": report.summary()}
+    return found
+
+
+def annotate_reasons(rows: Iterable[Any], fallback: Mapping[str, Mapping[str, Any]]) -> None:
+    """Append each row's fallback summary (from :func:`record_fallback`) to its reason, for tables and reports."""
+    for row in rows:
+        if row.name in fallback:
+            row.reason = f"{row.reason}; {fallback[row.name]['summary']}" if row.reason else fallback[row.name]["summary"]
+
+
+def report_fallback(rows: list[Any], settings: SessionSettings, feeds: Mapping[str, np.ndarray] | None,
+                    batch: int | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`record_fallback` on the first ``batch`` samples of ``feeds``, then :func:`annotate_reasons`.
+
+    What ``lighten`` shows for each benchmarked row on a provider other than the CPU (its table and report).
+    """
+    if settings.provider == "cpu":
+        return {}
+    if feeds is not None and batch:
+        feeds = {k: v[:batch] for k, v in feeds.items()}
+    found = record_fallback(rows, settings, feeds)
+    annotate_reasons(rows, found)
+    return found
+
+
 def requested_provider(settings: SessionSettings | None) -> str:
     """onnxruntime's name for the provider ``settings`` asks for."""
     from .runtime import SessionSettings, resolve_providers
@@ -286,15 +332,15 @@ def model_format(model_path: str | os.PathLike[str]) -> str:
     from onnx import TensorProto
 
     from .modelio import load_model
-    from .ops import BLOCK_OPS, is_qoperator
 
     model = load_model(model_path, load_external_data=False)
     ops = {node.op_type for node in model.graph.node}
-    if ops & BLOCK_OPS:
+    if "MatMulNBits" in ops:
         return "int4"
     # QOperator models keep a QuantizeLinear/DequantizeLinear pair at their float edges, so their
     # own ops decide first.
-    if any(is_qoperator(op) for op in ops):
+    if ops & {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "DynamicQuantizeLinear",
+              "QGemm", "QAttention", "DynamicQuantizeMatMul"} or any(op.startswith("QLinear") for op in ops):
         return "qoperator"
     if "QuantizeLinear" in ops and "DequantizeLinear" in ops:
         return "qdq"

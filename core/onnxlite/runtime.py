@@ -41,6 +41,20 @@ class SessionSettings:
                 "log_severity": self.log_severity}
 
 
+NO_RUNTIME = ("no onnxruntime build is installed: pip install 'onnxlite[cpu]' "
+              "(or onnxlite[gpu], onnxlite[openvino], onnxlite[directml] for that build)")
+
+
+def require_onnxruntime() -> None:
+    """One clear line when no onnxruntime build is installed; looks without importing it (fast)."""
+    import importlib.util
+
+    from .errors import MissingDependencyError
+
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise MissingDependencyError(NO_RUNTIME)
+
+
 def session_options(settings: SessionSettings) -> ort.SessionOptions:
     import onnxruntime as ort
 

@@ -213,6 +213,11 @@ def parse_target(text: str, option: str = "--target-runtime") -> TargetRuntime:
     return TargetRuntime(version=version, max_ir=max_ir, max_opset=max_opset, text=text.strip())
 
 
+def target_or_none(text: str | None, option: str = "--target-runtime") -> TargetRuntime | None:
+    """:func:`parse_target` for an optional setting: None stays None."""
+    return parse_target(text, option) if text else None
+
+
 def problems(model: onnx.ModelProto, target: TargetRuntime) -> list[str]:
     """Why ``target`` would refuse ``model`` as it is (empty: it loads)."""
     found = []
@@ -263,12 +268,38 @@ def fit_to_target(model: onnx.ModelProto, target: TargetRuntime) -> list[str]:
     return changes
 
 
+def unfit_reason(path: str | Any, target: TargetRuntime) -> str | None:
+    """Why ``target`` cannot load the model at ``path`` even after :func:`fit_to_target`; None when it can."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)   # the graph is enough: weights never matter here
+    try:
+        fit_to_target(model, target)
+    except OnnxliteError as exc:
+        return str(exc)
+    return None
+
+
+def refuse_unfit(rows: list[Any], target: TargetRuntime | None) -> list[Any]:
+    """``lighten``'s rule: a candidate ``target`` cannot load fails, with the reason; the others are returned."""
+    if target is None:
+        return rows
+    kept = []
+    for row in rows:
+        reason = unfit_reason(row.path, target)
+        if reason:
+            row.status, row.reason = "failed", f"--target-runtime {target.text or target.label}: {reason}"
+        else:
+            kept.append(row)
+    return kept
+
+
 def stamp(model: onnx.ModelProto) -> RuntimeNeeds:
     """Record the oldest onnxruntime ``model`` needs in its ``metadata_props`` (``onnxlite.min_onnxruntime``)."""
-    from .modelio import set_metadata
-
     needs = runtime_needs(model)
-    set_metadata(model, {METADATA_KEY: needs.summary()})
+    # modelio.save_model calls this, so it sets the entry itself rather than import modelio back
+    entry = next((p for p in model.metadata_props if p.key == METADATA_KEY), None) or model.metadata_props.add()
+    entry.key, entry.value = METADATA_KEY, needs.summary()
     return needs
 
 

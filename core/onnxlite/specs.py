@@ -180,6 +180,12 @@ class QuantizerSpec(Spec):
     nothing); returns why the strategy has nothing to do on this model, or None.
     A search skips the strategy with that reason unless it is named (``int4``
     on a model whose only linear layers are Gemm).
+    ``output_format``: the model format the strategy writes, in the words of
+    :attr:`ProviderSpec.fast_formats` (``"qoperator"``, ``"qdq"``, ``"fp16"``,
+    ``"int4"`` for MatMulNBits), or a function of its option values giving it.
+    A search on a provider other than the CPU skips a candidate whose format
+    the provider does not run fast, unless the strategy is named.  None:
+    unknown, always tried.
     """
 
     kind: ClassVar[str] = "quantizer"
@@ -190,6 +196,7 @@ class QuantizerSpec(Spec):
     gpu_only_gain: bool = False
     avoid: tuple[str, ...] = ()
     skip_reason: Callable[[Any], str | None] | None = None
+    output_format: str | Callable[[Mapping[str, Any]], str | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,16 @@ def _one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+#: commands that run models and so need an onnxruntime build (their --help does not)
+_RUNTIME_COMMANDS = frozenset({"export", "quantize", "compare", "bench", "lighten", "sweep"})
+
+
+def _needs_runtime(args: list[str]) -> bool:
+    if {"-h", "--help"} & set(args):
+        return False
+    return next((a for a in args if not a.startswith("-")), None) in _RUNTIME_COMMANDS
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn our errors into one line and an exit code.
 
@@ -124,6 +134,10 @@ def main(argv: list[str] | None = None) -> None:
     _stopped = None
     previous = _handle_stop_signals()
     try:
+        if _needs_runtime(args):
+            from ..runtime import require_onnxruntime
+
+            require_onnxruntime()   # one line naming the extras, before any model is read
         code = cli.main(args=args, prog_name="onnxlite", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         _abort(_stopped)

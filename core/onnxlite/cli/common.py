@@ -76,6 +76,12 @@ def source_options(what: str = "SOURCE") -> Callable[[Callable], Callable]:
     return decorate
 
 
+def target_runtime_option(f: Callable) -> Callable:
+    return click.option("--target-runtime", metavar="onnxruntime==X.Y", default=None,
+                        help="Keep the output loadable by this onnxruntime release (any build: -gpu, -openvino): "
+                             "lowers the IR version or opset where valid, refuses what it cannot load.")(f)
+
+
 def session_settings(provider: str, threads: int | None, graph_optimization: str, execution_mode: str):
     from ..runtime import SessionSettings
 

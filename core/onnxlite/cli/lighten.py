@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .common import json_option, session_options, session_settings, source_options
+from .common import json_option, session_options, session_settings, source_options, target_runtime_option
 from .executor_options import executor_from, executor_options
 
 
@@ -44,6 +44,7 @@ from .executor_options import executor_from, executor_options
 @source_options()
 @executor_options
 @session_options
+@target_runtime_option
 @json_option
 def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], confidence: float, metrics: tuple[str, ...],
             data: str | None, data_options: tuple[str, ...], calibration: str | None,
@@ -51,7 +52,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None,
             framework_options: tuple[str, ...], batch: int | None,
             runs: int, workers: int | None, no_partial: bool, provider: str, threads: int | None,
-            graph_optimization: str, execution_mode: str, as_json: bool, **executor: Any) -> None:
+            graph_optimization: str, execution_mode: str, target_runtime: str | None, as_json: bool,
+            **executor: Any) -> None:
     """Find the smallest, fastest model that stays within an accuracy budget.
 
     Exports SOURCE (verified), quantizes it with every strategy that applies
@@ -75,7 +77,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             settings=settings, strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
             partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
-            confidence=confidence, framework_options=list(framework_options) or None)
+            confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime)
     if as_json:
         from .common import emit_json
 

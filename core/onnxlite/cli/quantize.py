@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..report.text import human_bytes, size_change
-from .common import console, emit_json, json_option, option_pairs
+from .common import console, emit_json, json_option, option_pairs, target_runtime_option
 
 STRATEGY_FLAGS = ("--strategy", "-s")
 
@@ -83,9 +83,11 @@ class StrategyCommand(click.Command):
               help="An option for the calibration data loader (repeatable).")
 @click.option("--no-check", is_flag=True, help="Skip the smoke run of input vs output on a padded batch.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
+@target_runtime_option
 @json_option
 def quantize(model: str, output: str | None, strategy: str, options: tuple[str, ...], calibration: str | None,
-             calibration_options: tuple[str, ...], no_check: bool, force: bool, as_json: bool) -> None:
+             calibration_options: tuple[str, ...], no_check: bool, force: bool, target_runtime: str | None,
+             as_json: bool) -> None:
     """Quantize MODEL.onnx with one strategy and write a lighter ONNX model.
 
     The input is never modified; the output is written atomically and records
@@ -102,7 +104,7 @@ def quantize(model: str, output: str | None, strategy: str, options: tuple[str, 
 
     with err.status(f"Quantizing {model} with {strategy}...", spinner="dots"):
         result = run_quantize(model, output, strategy, list(options), calibration, calib,
-                              check=not no_check, on_warning=warn, force=force)
+                              check=not no_check, on_warning=warn, force=force, target_runtime=target_runtime)
     if as_json:
         emit_json(result.to_dict())
         return

@@ -155,7 +155,7 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
              strategy: str = "dynamic", calibration: Any = None,
              calibration_options: Mapping[str, Any] | None = None, *,
              check: bool = True, on_warning: Callable[[str], None] | None = None, force: bool = False,
-             check_data: Any = None, **options: Any) -> QuantizeResult:
+             check_data: Any = None, target_runtime: str | None = None, **options: Any) -> QuantizeResult:
     """Quantize ``model`` with ``strategy`` and write ``output`` (default ``<stem>.<strategy>.onnx``).
 
     ``options`` are the strategy's own options, as Python values or strings
@@ -168,8 +168,10 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
     An existing ``output`` is replaced only with ``force=True``.  The check runs on the first samples of
     ``check_data`` (a data path or Dataset), else of the calibration data, else on generated samples.
     """
+    # target_runtime ("onnxruntime==1.24") keeps the output loadable by that release (docs/providers.md).
     return run_quantize(model, output, strategy, options, calibration, calibration_options,
-                        check=check, on_warning=on_warning, force=force, check_data=check_data)
+                        check=check, on_warning=on_warning, force=force, check_data=check_data,
+                        target_runtime=target_runtime)
 
 
 def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, values: Mapping[str, Any],
@@ -252,7 +254,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
                  options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
                  calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
                  on_warning: Callable[[str], None] | None = None, option_flag: str = "--option",
-                 force: bool = False, check_data: Any = None) -> QuantizeResult:
+                 force: bool = False, check_data: Any = None, target_runtime: str | None = None) -> QuantizeResult:
     """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
     from ..atomic import check_writable, scratch_dir
     from ..modelio import (check_exists, check_model, external_data_files, load_model, model_size, private_copy,
@@ -260,6 +262,9 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     from ..protocols import QuantizeContext, QuantizeOutcome
     from ..specs import parse_spec_options
 
+    from ..runtime_compat import parse_target, runtime_needs
+
+    runtime = parse_target(target_runtime) if target_runtime else None   # a bad value fails before any work
     source = check_exists(model)
     entry = get_strategy(strategy_name)
     spec: QuantizerSpec = entry.spec  # type: ignore[assignment]
@@ -316,9 +321,11 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
             samples = _check_samples(_load_check_data(check_data, proto) if check_data is not None else feeds, proto)
             details["check"] = smoke_check(source, produced, spec, warn, proto, samples=samples)
         metadata = {STRATEGY_KEY: spec.name, STRATEGY_OPTIONS_KEY: json.dumps(_plain_options(values), sort_keys=True)}
-        publish_model(produced, target, external_data=True if had_external else None, metadata=metadata)
+        publish_model(produced, target, external_data=True if had_external else None, metadata=metadata,
+                      runtime=runtime)
 
     out_proto = load_model(target, load_external_data=False)
+    details["runtime"] = runtime_needs(out_proto).summary()
     return QuantizeResult(
         path=target, strategy=spec.name, options=dict(values), size_before=size_before,
         size_after=model_size(target), quantized_ops=quantized_ops(out_proto),

@@ -79,6 +79,30 @@ def _ops_present(options: Mapping[str, Any], ops: set[str]) -> bool:
     return not wanted or bool(set(wanted) & ops)
 
 
+def candidate_format(spec: Any, options: Mapping[str, Any]) -> str | None:
+    """The model format a candidate will have (``spec.output_format``), None when the plugin does not say."""
+    declared = getattr(spec, "output_format", None)
+    if callable(declared):
+        defaults = {o.name: o.default for o in spec.options}
+        try:
+            return declared(defaults | dict(options))
+        except Exception:  # noqa: BLE001 - a third party's guess must not stop the search
+            return None
+    return declared
+
+
+def _fast_formats(provider: str) -> tuple[str, ...]:
+    """What the provider runs fast; empty (anything goes) on the CPU, whose results must not change."""
+    if provider == "cpu":
+        return ()
+    from ..registry import get_registry
+
+    try:
+        return tuple(get_registry().get("provider", provider).spec.fast_formats)
+    except UsageError:
+        return ()
+
+
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
                      provider: str = "cpu") -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
@@ -88,7 +112,9 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
     user asked for it).  A strategy that needs calibration data is skipped
     when there is none, with the reason.  GPU-minded strategies (fp16) are tried
     on the CPU too: they are cheap, halve the size, and on recurrent or
-    mixed-range models they keep answers that int8 loses (issue 12).
+    mixed-range models they keep answers that int8 loses (issue 12).  On a provider other than the CPU, a
+    candidate whose format (``output_format``) the provider does not declare
+    among its ``fast_formats`` is skipped unless its strategy is named.
     """
     from ..graph_family import as_model, matches, model_family
     from ..registry import get_registry
@@ -101,6 +127,7 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
     entries = [registry.get("quantizer", name) for name in wanted] if wanted else registry.all("quantizer")
     found: list[Candidate] = []
     skipped: list[Skipped] = []
+    fast = _fast_formats(provider)
     for entry in entries:
         spec = entry.spec
         reason = entry.unavailable_reason()
@@ -122,5 +149,11 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
             if key in seen or not _ops_present(options, ops):
                 continue
             seen.add(key)
+            name = candidate_format(spec, options)
+            if fast and not wanted and name and name not in fast:
+                skipped.append(Skipped(candidate_name(spec.name, options),
+                                       f"writes {name} models, which {provider} does not run fast "
+                                       f"({', '.join(fast)}); name {spec.name} in --strategies to try it"))
+                continue
             found.append(Candidate(candidate_name(spec.name, options), spec.name, dict(options)))
     return found, skipped

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import placement, runtime_compat
 from ..errors import UsageError
 from ..normalize import normalize_file
 from ..figures import MEASURED, copy_figures, figures_of
@@ -60,7 +61,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
             max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
             executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None,
-            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None) -> LightenResult:
+            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None, target_runtime: str | None = None) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
@@ -123,7 +124,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     runner = get_executor(executor, ray_address=ray_address, bench_on=bench_on)
     with scratch_dir(out) as work, contextlib.closing(runner):
         state = _Search(source, work, settings, emit, runner)
-        state.confidence = confidence
+        state.confidence, state.target = confidence, runtime_compat.target_or_none(target_runtime)
         state.load(framework, inputs, model_class, framework_options)
         state.record = record(model_class=model_class, framework_options=framework_options, data=data,
                               data_options=data_options, calibration=calibration,
@@ -308,7 +309,7 @@ class _Search:
 
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:
-        survivors = [r for r in self.rows if r.status == "ok"]
+        survivors = runtime_compat.refuse_unfit([r for r in self.rows if r.status == "ok"], getattr(self, "target", None))
         if not survivors:
             return
         samples = self.judge.samples
@@ -354,6 +355,7 @@ class _Search:
                 mine, theirs = row.drops.get(primary), winner.drops.get(primary)
                 if mine is not None and theirs is not None and mine > theirs:
                     row.reason += f"; its {primary} drop is larger ({mine:.4g} vs {theirs:.4g})"
+        placement.report_fallback(self.rows, self.settings, self.judge.feeds, getattr(self, "bench_batch", None))
         if winner is not None:
             drop = winner.drops.get(primary, float("nan"))
             message = (f"winner: {winner.name}: {_ratio(self.baseline.size_bytes, winner.size_bytes)}, "

@@ -29,7 +29,7 @@ def publish(search: Any, result: LightenResult, out: Path) -> None:
     staged.mkdir()
     if result.winner is not None:
         judge = search.judge
-        publish_model(result.winner.path, staged / "model.onnx")
+        publish_model(result.winner.path, staged / "model.onnx", runtime=getattr(search, "target", None))
         recipe = Recipe(strategy=result.winner.strategy, options=result.winner.options,
                         excluded_nodes=tuple(result.winner.keep_float), metric=judge.primary,
                         max_drop=judge.budgets.get(judge.primary),

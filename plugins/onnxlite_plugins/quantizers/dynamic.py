@@ -67,5 +67,6 @@ def register_quantizers():
             needs_calibration=False,
             options=common_options(),
             grid=({}, {"op_types": ("MatMul", "Gemm", "Gather")}, {"reduce_range": True}),
+            output_format="qoperator",   # MatMulInteger / ConvInteger
         )
     ]

@@ -67,6 +67,7 @@ def register_quantizers():
             applies_to=("any",),
             needs_calibration=False,
             gpu_only_gain=True,
+            output_format="fp16",
             options=(
                 Option("keep_io_types", bool, True, "Keep float32 model inputs and outputs (Casts at the edges)."),
                 Option("op_block_list", str, (), "More op types to keep in float32, on top of onnxruntime's "

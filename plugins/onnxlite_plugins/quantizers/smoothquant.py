@@ -222,5 +222,6 @@ def register_quantizers():
             # all-MiniLM-L6-v2 peaked near 0.65 (0.5: 0.990; 0.65: 0.996; 0.85: 0.992-0.994 mean cosine);
             # the paper reports 0.5 for most models and up to 0.75-0.85 for some.
             grid=({"alpha": 0.5}, {"alpha": 0.65}, {"alpha": 0.8}),
+            output_format="qoperator",   # smoothed, then quantize_dynamic
         )
     ]

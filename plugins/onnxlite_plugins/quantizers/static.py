@@ -242,6 +242,7 @@ def register_quantizers():
         # On all-MiniLM-L6-v2, static QDQ kept a pooled cosine of only 0.39 (0.92 with op_types=MatMul)
         # where dynamic int8 kept 0.993: calibrated per-tensor activation ranges do not survive attention.
         avoid=("transformer",),
+        output_format=lambda options: "qoperator" if str(options.get("format")).lower() == "qoperator" else "qdq",
         grid=(
             {"method": "MinMax", "per_channel": True, "format": "QDQ"},
             {"method": "Percentile", "per_channel": True, "format": "QDQ"},

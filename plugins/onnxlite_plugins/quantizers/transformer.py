@@ -227,6 +227,7 @@ def register_quantizers():
             install="onnxruntime",
             applies_to=("transformer",),
             needs_calibration=False,
+            output_format=lambda options: "qoperator" if options.get("quantize", True) else "fp32",
             options=(
                 Option("model_type", str, "auto", "onnxruntime optimizer model type (bert, gpt2, vit, ...); "
                                                   "auto reads the export metadata, else bert."),
