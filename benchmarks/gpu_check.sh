@@ -128,10 +128,15 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')} +{time.time() - started:.0f}s] {msg}", file=sys.stderr, flush=True)
 
 
+if not DRY:
+    import torch  # noqa: F401 - its CUDA 13 / cuDNN 9 libraries (nvidia-* packages) are the ones onnxruntime-gpu wants
 import onnxruntime as ort
 
 if not DRY and hasattr(ort, "preload_dlls"):
-    ort.preload_dlls()   # CUDA/cuDNN from the nvidia-* pip packages the image already has
+    try:
+        ort.preload_dlls()   # CUDA/cuDNN from the nvidia-* pip packages the image already has
+    except Exception as exc:  # noqa: BLE001 - the CUDA EP check below says what is missing
+        log(f"onnxruntime.preload_dlls: {exc}")
 available = ort.get_available_providers()
 log(f"onnxruntime {ort.__version__} from {Path(ort.__file__).parent}: {', '.join(available)}")
 import onnxlite
