@@ -332,15 +332,15 @@ def model_format(model_path: str | os.PathLike[str]) -> str:
     from onnx import TensorProto
 
     from .modelio import load_model
+    from .ops import BLOCK_OPS, is_qoperator
 
     model = load_model(model_path, load_external_data=False)
     ops = {node.op_type for node in model.graph.node}
-    if "MatMulNBits" in ops:
+    if ops & BLOCK_OPS:
         return "int4"
     # QOperator models keep a QuantizeLinear/DequantizeLinear pair at their float edges, so their
     # own ops decide first.
-    if ops & {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "DynamicQuantizeLinear",
-              "QGemm", "QAttention", "DynamicQuantizeMatMul"} or any(op.startswith("QLinear") for op in ops):
+    if any(is_qoperator(op) for op in ops):
         return "qoperator"
     if "QuantizeLinear" in ops and "DequantizeLinear" in ops:
         return "qdq"
