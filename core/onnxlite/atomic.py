@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,3 +149,14 @@ def scratch_dir(near: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
         if not done:
             _remove_empty(created)
+
+
+def replace_dir(staged: Path, target: Path) -> None:
+    """``staged`` becomes ``target``; an old ``target`` is removed only once the new one is in place."""
+    backup = None
+    if target.exists():
+        backup = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(target, backup)
+    os.replace(staged, target)
+    if backup is not None:
+        shutil.rmtree(backup, ignore_errors=True)

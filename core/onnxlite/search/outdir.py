@@ -9,8 +9,6 @@ half an OUTDIR behind.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +18,7 @@ if TYPE_CHECKING:
 
 def publish(search: Any, result: LightenResult, out: Path) -> None:
     """Write what ``search`` (the lighten run's state) found into ``out``; record the paths on ``result``."""
-    from ..atomic import write_text
+    from ..atomic import replace_dir, write_text
     from ..modelio import publish_model
     from ..report.files import write_report
     from .recipes import Recipe, copy_hf_files
@@ -39,13 +37,7 @@ def publish(search: Any, result: LightenResult, out: Path) -> None:
         write_text(staged / "recipe.toml", recipe.to_toml())
         copy_hf_files(search.source, staged, staged / "model.onnx")   # config and tokenizer: it loads as it came
     names = write_report(result.to_report(), staged)
-    backup = None
-    if out.exists():
-        backup = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, backup)
-    os.replace(staged, out)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
+    replace_dir(staged, out)
     result.reports = {kind: out / Path(path).name for kind, path in names.items()}
     if result.winner is not None:
         result.model_path, result.recipe_path = out / "model.onnx", out / "recipe.toml"

@@ -19,7 +19,8 @@ def run_on_ray(jobs: Sequence[ModelJob], root: Path, force: bool, ray_options: M
                finished: Callable[[ModelOutcome], None], emit: Callable[[str, Mapping[str, Any]], None]
                ) -> dict[str, Any]:
     from ..executors.ray import DEFAULT_MAX_RETRIES, POLL_SECONDS, RayExecutor
-    from .one_model import path_values, replace_dir, staging_dir
+    from ..atomic import replace_dir
+    from .one_model import path_values, staging_dir
 
     max_retries = ray_options.get("max_retries")
     max_retries = DEFAULT_MAX_RETRIES if max_retries is None else max_retries

@@ -8,10 +8,8 @@ OUTDIR back).
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -95,15 +93,6 @@ def relocate(options: dict[str, Any], key: str, old: str, new: str) -> None:
     options[key] = new + options[key][len(old):]
 
 
-def replace_dir(staged: Path, target: Path) -> None:
-    """``staged`` becomes ``target``; an old ``target`` is removed only once the new one is in place."""
-    backup = None
-    if target.exists():
-        backup = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(target, backup)
-    os.replace(staged, target)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
 
 
 def staging_dir(root: Path, name: str) -> Path:
