@@ -191,3 +191,64 @@ def test_external_data_in_gives_the_same_model_out(tmp_path):
     for a, b in zip(run(inline.path, held), run(split.path, held)):
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
+
+
+def norm_model(path: Path, decomposed: bool = False) -> Path:
+    """h = LayerNorm(x) with outlier gammas; y = Gemm(Relu(h @ W1), W2): one normalization output, one other input.
+
+    ``decomposed`` spells LayerNorm out as a pre-17 exporter does (ReduceMean, Sub, Pow, Sqrt, Div, Mul, Add).
+    """
+    gen = np.random.default_rng(3)
+    gamma = GAIN.copy()
+    inits = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(np.zeros(64, np.float32), "beta"),
+             numpy_helper.from_array(gen.standard_normal((64, 128)).astype(np.float32) * 0.1, "W1"),
+             numpy_helper.from_array(gen.standard_normal((16, 128)).astype(np.float32) * 0.1, "W2")]
+    if decomposed:
+        inits += [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+                  numpy_helper.from_array(np.array(1e-5, np.float32), "eps")]
+        norm = [helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1], name="mean"),
+                helper.make_node("Sub", ["x", "mu"], ["d"], name="sub"),
+                helper.make_node("Pow", ["d", "two"], ["d2"], name="pow"),
+                helper.make_node("ReduceMean", ["d2"], ["var"], axes=[-1], name="var"),
+                helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+                helper.make_node("Sqrt", ["ve"], ["sd"], name="sqrt"),
+                helper.make_node("Div", ["d", "sd"], ["n"], name="div"),
+                helper.make_node("Mul", ["n", "gamma"], ["ng"], name="mul_gamma"),
+                helper.make_node("Add", ["ng", "beta"], ["h"], name="add_beta")]
+    else:
+        norm = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["h"], name="ln", axis=-1)]
+    nodes = norm + [helper.make_node("MatMul", ["h", "W1"], ["a"], name="mm1"),
+                    helper.make_node("Relu", ["a"], ["r"], name="relu"),
+                    helper.make_node("Gemm", ["r", "W2"], ["y"], name="gemm2", transB=1)]
+    graph = helper.make_graph(nodes, "normed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_only_normalization_outputs_are_smoothed_by_default(tmp_path, decomposed):
+    """The paper's code smooths LayerNorm -> linear only; activations=all smooths every MatMul input."""
+    path = norm_model(tmp_path / "m.onnx", decomposed)
+    held = feeds(3, seed=7)
+    reference = run(path, held)
+    normed = onnxlite.quantize(path, tmp_path / "n.onnx", strategy="smoothquant", calibration=feeds(4), alpha=0.5)
+    every = onnxlite.quantize(path, tmp_path / "a.onnx", strategy="smoothquant", calibration=feeds(4), alpha=0.5,
+                              activations="all")
+    assert normed.details["smoothed_activations"] == 1 and normed.details["smoothed_inputs"] == "normalization outputs"
+    assert every.details["smoothed_activations"] == 2
+    assert any("(normalization outputs)" in n for n in normed.notes)
+    muls = [n for n in onnx.load(str(normed.path)).graph.node if n.name.endswith("SmoothQuant_Mul")]
+    assert [m.input[0] for m in muls] == ["h"]
+    dynamic = onnxlite.quantize(path, tmp_path / "d.onnx", strategy="dynamic")
+    assert relative_error(reference, run(normed.path, held)) < 0.5 * relative_error(reference, run(dynamic.path, held))
+
+
+def test_without_a_normalization_output_every_input_is_smoothed_and_said(tmp_path):
+    path = outlier_model(tmp_path / "m.onnx")
+    result = onnxlite.quantize(path, tmp_path / "sq.onnx", strategy="smoothquant", calibration=feeds(2))
+    assert result.details["smoothed_activations"] == 2
+    assert "no normalization output feeds one" in result.details["smoothed_inputs"]
