@@ -48,8 +48,13 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any], bool]] = {
     "smoothquant a=0.5": ("smoothquant", {"alpha": 0.5}, True),
     "smoothquant a=0.65": ("smoothquant", {"alpha": 0.65}, True),
     "smoothquant a=0.8": ("smoothquant", {"alpha": 0.8}, True),
+    "sq all a=0.65": ("smoothquant", {"alpha": 0.65, "activations": "all"}, True),
+    "sq all a=0.8": ("smoothquant", {"alpha": 0.8, "activations": "all"}, True),
     "wo8 b128 al4": ("weightonly", {}, False),
     "wo8 b128 al4 +g8": ("weightonly", {"gather": "int8"}, False),
+    "wo8 b128 al4 sym +g8": ("weightonly", {"symmetric": True, "gather": "int8"}, False),
+    "fused int8": ("transformer", {}, False),
+    "fused fp32": ("transformer", {"quantize": False}, False),
     "wo8 b128 al4 +g4": ("weightonly", {"gather": "int4"}, False),
     "wo8 b32 al4 +g8": ("weightonly", {"block_size": 32, "gather": "int8"}, False),
     "wo8 b128 al0 +g8": ("weightonly", {"accuracy_level": 0, "gather": "int8"}, False),
@@ -135,7 +140,7 @@ def main() -> None:
             result = onnxlite.quantize(fp32, target, strategy=strategy,
                                        calibration=str(calibration) if calibrated else None,
                                        calibration_options={"tokenizer": str(folder)} if calibrated else None,
-                                       **options)
+                                       force=True, **options)
         except Exception as exc:   # a failure is a row too
             notes[name] = f"failed: {type(exc).__name__}: {exc}"
             log(notes[name])

@@ -114,7 +114,7 @@ def make_variants(fp32: Path, folder: Path, plans: list[tuple[str, str, dict[str
         log(f"quantize {name}")
         try:
             onnxlite.quantize(fp32, target, strategy=strategy, calibration=calibration if calibrated else None,
-                              calibration_options=calibration_options if calibrated else None, **options)
+                              calibration_options=calibration_options if calibrated else None, force=True, **options)
             made[name] = target
         except Exception as exc:  # noqa: BLE001 - a format that cannot be made is a row that says why
             made[name] = f"quantize failed: {' '.join(str(exc).split())[:160]}"
