@@ -6,12 +6,20 @@ node's output is exposed in the float model and in the quantized one, both
 run on the same held-out inputs, and a node's score is the relative error it
 *adds* (its output's error minus the worst error among its inputs), so error
 inherited from upstream layers is not blamed on it.
+
+The fallback's cost is bounded by the model's own cost (docs/lighten.md, "The
+fallback rule"): each probe costs about what the base candidate's own task
+took, so the bases tried and the nodes a direct sweep measures are what fits
+in :data:`FALLBACK_SECONDS`; activations are compared a memory-sized batch at
+a time, never held for every sample.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +29,23 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
+#: over-budget candidates within this fraction of the rule's base size are bases too, the smallest select drop
+#: first: near-equal sizes make the size no reason to repair the harder one (on the PP-OCR detector the
+#: all-ops QOperator int8 is 3% smaller than the Conv-only QDQ one, but keeping its nodes in float never moved
+#: its drop, while 8 float convs bring the Conv-only one within budget)
+BASE_SIZE_SLACK = 0.10
+#: the most bases whose worst nodes are kept in float before a direct sweep
+MAX_BASES = 3
+#: wall-clock seconds the fallback's probes may take (estimated at the base's own quantize-and-judge time)
+FALLBACK_SECONDS = 600.0
+#: a direct sweep measures at least this many nodes however slow one probe is
+SWEEP_MIN_NODES = 4
+#: share of the memory available that one ranking batch's exposed tensors (both models) may take
+RANKING_MEMORY_SHARE = 0.25
+#: held-out samples the activation ranking looks at, at most, and the most in one batch (as before the bound)
+RANKING_SAMPLES = 64
+RANKING_BATCH = 16
+
 
 @dataclass(frozen=True)
 class NodeError:
@@ -28,14 +53,6 @@ class NodeError:
     op_type: str
     output_error: float
     added_error: float
-
-
-def _relative_error(reference: list[np.ndarray], candidate: list[np.ndarray]) -> float:
-    import numpy as np
-
-    num = sum(float(np.sum((r.astype(np.float64) - c.astype(np.float64)) ** 2)) for r, c in zip(reference, candidate))
-    den = sum(float(np.sum(r.astype(np.float64) ** 2)) for r in reference)
-    return (num / den) ** 0.5 if den > 0 else 0.0
 
 
 def _was_quantized(node: onnx.NodeProto, weights: Sequence[str], quant_nodes: Sequence[onnx.NodeProto],
@@ -56,12 +73,14 @@ def _was_quantized(node: onnx.NodeProto, weights: Sequence[str], quant_nodes: Se
 
 
 def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.PathLike[str],
-               feeds_list: Sequence[Mapping[str, np.ndarray]], threads: int | None = None) -> list[NodeError]:
-    """Weighted nodes of ``float_model``, worst first, by the error they add in ``quantized_model``."""
+               feeds_list: Sequence[Mapping[str, np.ndarray]], threads: int | None = None,
+               axes: Mapping[str, int | None] | None = None) -> list[NodeError]:
+    """Weighted nodes of ``float_model``, worst first, by the error they add in ``quantized_model``.
+
+    ``axes`` gives each input's sample axis (default 0), so the feeds can be cut into batches that fit memory.
+    """
     import numpy as np
     import onnx
-
-    from ..activations import collect
 
     float_proto = onnx.load(str(float_model))
     quant_proto = onnx.load(str(quantized_model))
@@ -91,9 +110,7 @@ def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.Pa
     # Integer tensors (ids, shapes) carry no rounding error worth ranking.
     names = [n for n in names if float_types.get(n, onnx.TensorProto.FLOAT) in (onnx.TensorProto.FLOAT,
                                                                                   onnx.TensorProto.FLOAT16)]
-    reference = collect(float_proto, names, feeds_list, threads)
-    candidate = collect(quant_proto, names, feeds_list, threads)
-    errors = {n: _relative_error(reference[n], candidate[n]) for n in names}
+    errors = relative_errors(float_proto, quant_proto, names, feeds_list, threads, axes)
     ranked = []
     for node, out, activations in nodes:
         if out not in errors:
@@ -102,6 +119,58 @@ def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.Pa
         ranked.append(NodeError(node.name, node.op_type, errors[out], errors[out] - inherited))
     ranked.sort(key=lambda e: (-e.added_error, -e.output_error))
     return [e for e in ranked if np.isfinite(e.added_error)]
+
+
+def relative_errors(float_proto: Any, quant_proto: Any, names: Sequence[str],
+                    feeds_list: Sequence[Mapping[str, np.ndarray]], threads: int | None = None,
+                    axes: Mapping[str, int | None] | None = None) -> dict[str, float]:
+    """``||float - quantized|| / ||float||`` of each tensor in ``names`` over every sample of ``feeds_list``.
+
+    Both models run side by side on the same batch and only the sums are kept, so memory holds one
+    batch's tensors, never every sample's (a detector at 480x640 exposes hundreds of MB per image).
+    The first batch is a single sample; it measures the bytes a sample exposes, and the later
+    batches hold as many samples as fit :data:`RANKING_MEMORY_SHARE` of the memory available
+    (at most :data:`RANKING_BATCH`).  Dynamic int8 scales activations per batch, so its figures
+    move a little with the batching; a ranking needs the order, not the third digit.
+    """
+    import itertools
+
+    import numpy as np
+
+    from ..activations import iter_activations
+    from ..inputs import available_memory
+
+    sums = {n: [0.0, 0.0] for n in names}
+    cut = {"rows": 1, "last": 0}   # samples per batch; samples in the batch just cut
+    budget = (available_memory() or 4 * 2**30) * RANKING_MEMORY_SHARE
+    # tee hands both sessions the same batch; each batch is cut only after the previous one was measured
+    for_float, for_quant = itertools.tee(_pieces(feeds_list, cut, axes))
+    reference = iter_activations(float_proto, names, for_float, threads)
+    candidate = iter_activations(quant_proto, names, for_quant, threads)
+    for ref, cand in zip(reference, candidate):
+        used = 0
+        for name in names:
+            r, c = ref[name], cand[name]
+            used += r.nbytes + c.nbytes
+            diff = r.astype(np.float64) - c.astype(np.float64)
+            sums[name][0] += float(np.sum(diff * diff))
+            sums[name][1] += float(np.sum(np.square(r, dtype=np.float64)))
+        cut["rows"] = max(1, min(RANKING_BATCH, int(budget // max(1, used // max(1, cut["last"])))))
+    return {n: (num / den) ** 0.5 if den > 0 else 0.0 for n, (num, den) in sums.items()}
+
+
+def _pieces(feeds_list: Sequence[Mapping[str, np.ndarray]], cut: dict[str, int],
+            axes: Mapping[str, int | None] | None) -> Iterator[dict[str, np.ndarray]]:
+    """The feeds cut into batches of ``cut["rows"]`` samples (read anew for every batch; ``cut["last"]`` says how many)."""
+    from ..data.dataset import count_rows, take_rows
+
+    for feeds in feeds_list:
+        total, start = count_rows(feeds, axes), 0
+        while start < total:
+            stop = min(total, start + max(1, cut["rows"]))
+            cut["last"] = stop - start
+            yield take_rows(feeds, start, stop, axes)
+            start = stop
 
 
 def exclusion_steps(count: int, limit: int | None = None) -> list[int]:
@@ -116,63 +185,191 @@ def exclusion_steps(count: int, limit: int | None = None) -> list[int]:
     return steps
 
 
-def feeds_for_ranking(feeds: Mapping[str, np.ndarray], batch: int = 16, max_batches: int = 4) -> list[dict]:
-    """The first ``max_batches`` batches of the held-out inputs (ranking needs a sample, not all of them)."""
-    from ..data import Dataset
+def feeds_for_ranking(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None] | None = None,
+                      samples: int = RANKING_SAMPLES) -> list[dict]:
+    """The first ``samples`` held-out samples (ranking needs a sample, not all of them), cut on each input's axis."""
+    from ..data.dataset import take_rows
 
-    return list(Dataset(dict(feeds)).take(batch * max_batches).batches(batch))
+    return [take_rows(feeds, 0, samples, axes)]
+
+
+# -- which candidates to repair ------------------------------------------------------------------------
+
+def _select_drop(row: Any, rank: str) -> float:
+    value = (row.select_drops or {}).get(rank, row.drops.get(rank))
+    return value if value is not None and math.isfinite(value) else math.inf
+
+
+def fallback_bases(rows: Sequence[Any], primary: str, budget: float, can_exclude: Any,
+                   rank: str | None = None) -> tuple[list[Any], str]:
+    """The over-budget candidates to repair, in order, and why (``([], reason)`` when none is worth it).
+
+    The first is :func:`~onnxlite.search.evidence.fallback_base`'s.  When it is within 3x of the
+    budget, the next ones that rule would pick are bases too while their size stays within
+    :data:`BASE_SIZE_SLACK` of it (at most :data:`MAX_BASES`); all of them are then ordered by their
+    drop on the select part, so the one with the least to repair is tried first.
+    """
+    from .evidence import fallback_base
+
+    first, why = fallback_base(rows, primary, budget, can_exclude)
+    if first is None:
+        return [], why
+    bases = [first]
+    if first.drops[primary] <= 3 * budget:
+        remaining = [r for r in rows if r is not first]
+        while len(bases) < MAX_BASES:
+            found, _ = fallback_base(remaining, primary, budget, can_exclude)
+            if found is None or found.drops[primary] > 3 * budget \
+                    or (found.size_bytes or 0) > (first.size_bytes or 0) * (1 + BASE_SIZE_SLACK):
+                break
+            bases.append(found)
+            remaining = [r for r in remaining if r is not found]
+    bases.sort(key=lambda r: (_select_drop(r, rank or primary), r.size_bytes or 0))
+    if len(bases) > 1:
+        why += (f"; {len(bases)} bases within {BASE_SIZE_SLACK:.0%} of the lightest one's size, the smallest "
+                f"{rank or primary} drop on the select part first: " + ", ".join(r.name for r in bases))
+    return bases, why
 
 
 # -- the fallback itself --------------------------------------------------------------------------------
 
+class _Clock:
+    """The fallback's time budget: what was spent, and how many probes of a given cost still fit."""
+
+    def __init__(self, seconds: float, parallel: int):
+        self.started, self.seconds, self.parallel = time.monotonic(), seconds, max(1, parallel)
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
+    def probes(self, cost: float, parallel: bool = True) -> int:
+        """How many probes of ``cost`` seconds fit in what is left (run ``parallel`` at a time, or one by one)."""
+        return max(0, int(self.left() * (self.parallel if parallel else 1) // max(cost, 1e-3)))
+
+
 def fallback(state: Any, max_float_nodes: int | None, workers: int | None) -> None:
-    """Repair an over-budget candidate by keeping its worst nodes in float (the rule: search.evidence.fallback_base)."""
+    """Repair an over-budget candidate by keeping its worst nodes in float (the rule: docs/lighten.md)."""
     from ..registry import get_registry
     from .candidates import Candidate, exclude_option
-    from .evidence import fallback_base, sweep_ranking
+    from .tasks import default_workers
 
     registry = get_registry()
     primary = state.judge.primary
     budget = state.judge.budgets.get(primary) or 0.0
-    base_row, why = fallback_base(state.rows, primary, budget,
-                                  lambda strategy: exclude_option(registry.get("quantizer", strategy).spec))
-    if base_row is None:
+    rank = state.evidence["rank_metric"]
+    bases, why = fallback_bases(state.rows, primary, budget,
+                                lambda strategy: exclude_option(registry.get("quantizer", strategy).spec), rank)
+    if not bases:
         state.partial = {"tried": False, "reason": why}
         return
-    spec = registry.get("quantizer", base_row.strategy).spec
-    state.emit("stage", {"message": f"{why}; ranking nodes of {base_row.name} by the error they add"})
+    parallel = workers or default_workers(_file_size(state.fp32))
+    clock = _Clock(FALLBACK_SECONDS, parallel)
     # rank on the select part only: the confirm part judges the repaired model
     select = state.judge.parts.select if state.judge.parts else None
-    feeds = {k: v[list(select)] for k, v in state.judge.feeds.items()} if select else state.judge.feeds
-    ranked = rank_nodes(state.fp32, base_row.path, feeds_for_ranking(feeds), state.settings.threads)
-    state.partial = {"tried": True, "base": base_row.name, "why": why, "ranking": [asdict(r) for r in ranked[:20]],
-                     "ranked_by": "activations", "steps": []}
-    if not ranked:
+    axes = getattr(state.judge, "batch_axes", None) or None
+    feeds = state.judge.feeds
+    if select:
+        from ..data.dataset import concat_rows, take_rows
+
+        feeds = concat_rows([take_rows(feeds, i, i + 1, axes) for i in select], axes)
+    state.partial = {"tried": True, "why": why, "bases": [r.name for r in bases], "steps": [],
+                     "budget_seconds": FALLBACK_SECONDS}
+    first = None   # (row, spec, ranking) of the first base whose nodes could be ranked: the sweep's base
+    for index, base_row in enumerate(bases):
+        cost = max(base_row.quantize_seconds or 0.0, 1e-3)
+        # another base costs about one quantize-and-judge per doubling step (1, 2, 4 ... half the nodes)
+        steps = len(exclusion_steps(max(1, len(first[2]) // 2))) if first else 1
+        if index and clock.probes(cost, parallel=False) < steps:
+            state.partial.setdefault("skipped_bases", []).append(
+                {"name": base_row.name, "reason": f"its {steps} steps (~{cost:.0f} s each) do not fit in what is left "
+                                                  f"of the fallback's {FALLBACK_SECONDS:.0f} s"})
+            continue
+        spec = registry.get("quantizer", base_row.strategy).spec
+        state.emit("stage", {"message": f"{why if not index else 'next base'}; ranking nodes of {base_row.name} "
+                                        "by the error they add"})
+        ranked = rank_nodes(state.fp32, base_row.path, feeds_for_ranking(feeds, axes), state.settings.threads, axes)
+        if not ranked:
+            continue
+        if first is None:
+            first = (base_row, spec, ranked)
+        state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]],
+                          "ranked_by": "activations"}
+        base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
+        # Keeping every node in float would just be the float model again: stop at half of them.
+        limit = max_float_nodes or max(1, len(ranked) // 2)
+        if _keep_worst(state, base, spec, [r.node for r in ranked], limit, workers, "activations"):
+            return
+    if first is None:
+        state.partial.setdefault("base", bases[0].name)
         state.partial["reason"] = "no node outputs could be matched between the float and quantized models"
         return
-    base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
-    # Keeping every node in float would just be the float model again: stop at half of them.
-    limit = max_float_nodes or max(1, len(ranked) // 2)
-    order = [r.node for r in ranked]
-    if _keep_worst(state, base, spec, order, limit, workers, "activations"):
-        return
     # Activation matching ranked badly (its worst nodes in float did not reach the budget): measure each
-    # node's own drop directly and try again in that order.
+    # node's own drop directly, on the first base (the least to repair), and try again in that order.
+    base_row, spec, ranked = first
+    state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
+    base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
+    order = [r.node for r in ranked]
     # The sweep covers every node the written model really has quantized (onnxlite.claims), not only the ones
-    # whose activations could be matched.
+    # whose activations could be matched; the suspects (activation order) are measured first.
+    nodes = _quantized_nodes(state.fp32, base_row.path) or order
+    suspects = [n for n in order if n in nodes] + [n for n in nodes if n not in order]
+    cost = max(base_row.quantize_seconds or 0.0, 1e-3)
+    fits = clock.probes(cost)
+    measured = suspects[:max(min(SWEEP_MIN_NODES, len(suspects)), min(fits, _sweep_max_nodes()))]
+    state.partial["sweep_budget"] = {"nodes": len(nodes), "measured": len(measured), "seconds_per_probe": cost,
+                                     "parallel": parallel, "seconds_left": round(max(0.0, clock.left()), 1)}
+    if len(measured) < len(nodes):
+        state.emit("note", {"message": f"the sensitivity sweep measures {len(measured)} of {len(nodes)} nodes "
+                                       f"(about {cost:.0f} s a probe, {parallel} at a time, within the fallback's "
+                                       f"{FALLBACK_SECONDS:.0f} s); the activation ranking's suspects first"})
+    swept = sweep(state, base, spec, nodes, measured, workers, rank)
+    state.partial["sweep"] = swept[:20]
+    state.partial["ranked_by"] = f"direct sweep ({rank} on the select part)"
+    resorted = [e["node"] for e in swept] + [n for n in suspects if n not in measured]
+    _keep_worst(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2), workers,
+                "sweep", tried={tuple(sorted(order[:k])) for k in exclusion_steps(len(order), max_float_nodes
+                                                                                  or max(1, len(order) // 2))})
+
+
+def _sweep_max_nodes() -> int:
+    from .evidence import SWEEP_MAX_NODES
+
+    return SWEEP_MAX_NODES
+
+
+def _file_size(path: Any) -> int:
+    from ..modelio import model_size
+
+    try:
+        return int(model_size(path))
+    except Exception:  # noqa: BLE001 - an estimate for the worker count only
+        return 0
+
+
+def _quantized_nodes(float_model: Any, quantized_model: Any) -> list[str]:
     import onnx
 
     from ..claims import node_states
 
-    states = node_states(onnx.load(str(state.fp32), load_external_data=False),
-                         onnx.load(str(base_row.path), load_external_data=False))
-    nodes = [n for n, quantized in states.items() if quantized] or order
-    rank = state.evidence["rank_metric"]
-    swept = sweep_ranking(state, base, spec, nodes, workers, rank)
-    state.partial["sweep"] = swept[:20]
-    state.partial["ranked_by"] = f"direct sweep ({rank} on the select part)"
-    _keep_worst(state, base, spec, [e["node"] for e in swept], max_float_nodes or max(1, len(nodes) // 2), workers,
-                "sweep", tried={tuple(sorted(order[:k])) for k in exclusion_steps(len(order), limit)})
+    states = node_states(onnx.load(str(float_model), load_external_data=False),
+                         onnx.load(str(quantized_model), load_external_data=False))
+    return [n for n, quantized in states.items() if quantized]
+
+
+def sweep(state: Any, base: Any, spec: Any, nodes: Sequence[str], measured: Sequence[str], workers: int | None,
+          rank: str) -> list[dict[str, Any]]:
+    """Each node of ``measured`` quantized alone (every other node of ``nodes`` kept float), worst first."""
+    from .candidates import Candidate, exclude_option, with_keep_float
+    from .evidence import probe_drop, run_probes
+
+    probes = []
+    for node in measured:
+        probe = with_keep_float(base, spec, [n for n in nodes if n != node])
+        probes.append(Candidate(f"{base.name}[only {node}]", probe.strategy, dict(probe.options), probe.keep_float))
+    results = run_probes(state, probes, workers, f"sensitivity sweep of {base.name} ({exclude_option(spec)})")
+    ranked = [{"node": node, "drop": probe_drop(r, rank)} for node, r in zip(measured, results)]
+    ranked.sort(key=lambda e: -e["drop"] if math.isfinite(e["drop"]) else -math.inf)
+    return ranked
 
 
 def _keep_worst(state: Any, base, spec, order, limit, workers, ranking, tried=frozenset()) -> bool:
@@ -184,7 +381,7 @@ def _keep_worst(state: Any, base, spec, order, limit, workers, ranking, tried=fr
         if tuple(sorted(order[:k])) in tried:
             continue
         candidate = with_keep_float(base, spec, order[:k])
-        state.emit("stage", {"message": f"keeping the {k} worst node(s) in float (ranked by {ranking})"})
+        state.emit("stage", {"message": f"keeping the {k} worst node(s) of {base.name} in float (ranked by {ranking})"})
         row = state.run_candidates(workers, [candidate])[0]
         state.partial["steps"].append({"keep_float": k, "name": row.name, "status": row.status,
                                        "drop": row.drops.get(primary), "ranked_by": ranking})
