@@ -114,6 +114,23 @@ def test_smoothquant_calibrates_on_the_split_and_its_recipe_replays(tiny_bert, t
     assert weights(first) == weights(second)
 
 
+def test_without_data_smoothquant_calibrates_on_generated_samples_and_static_is_skipped(tiny_bert, tmp_path):
+    """Zero-config: smoothquant's maxima only locate the outlier channels, so generated samples serve;
+    static's ranges need real data, so it is still skipped.  The judge's samples are other ones."""
+    result = onnxlite.lighten(str(tiny_bert), tmp_path / "out", strategies=["smoothquant", "static"],
+                              max_drop="50%", runs=2)
+    names = [c.name for c in result.candidates]
+    assert names == ["smoothquant[alpha=0.5]", "smoothquant[alpha=0.65]", "smoothquant[alpha=0.8]"], names
+    assert any(s["strategy"] == "static" and "needs calibration data" in s["reason"] for s in result.skipped)
+    for row in result.candidates:
+        details = row.quantize["details"]
+        assert details["calibration_samples"] == 64 and details["smoothed_activations"] > 0, details
+    assert "smoothquant calibrated on 64 generated samples, none of them judged" in result.message, result.message
+    from onnxlite.search.heldout import GENERATED_SEED
+
+    assert GENERATED_SEED > 128   # the judge's generated batches use seeds 1..16
+
+
 def test_digits_cnn_keeps_accuracy_with_static_quantization(tmp_path):
     import onnxruntime as ort
     import torch

@@ -168,6 +168,11 @@ class QuantizerSpec(Spec):
     """A lightweighting strategy.  The factory returns a :class:`~onnxlite.protocols.Quantizer`.
 
     ``needs_calibration``: the strategy needs representative input data.
+    ``calibrates_on_generated``: its calibration finds structure that does not
+    depend on what the inputs say (SmoothQuant: which channels the model's
+    normalization layers make large), so when the user gives no data at all,
+    ``lighten`` calibrates it on generated samples, disjoint from the ones that
+    judge, and says so.  Ranges a static quantizer keeps need real data.
     ``applies_to``: graph families it suits, any of ``"any"``, ``"transformer"``,
     ``"conv"``, ``"matmul"``; ``lighten`` uses it to build candidates.
     ``grid``: option sets worth trying when searching (each a mapping of option
@@ -191,6 +196,7 @@ class QuantizerSpec(Spec):
     kind: ClassVar[str] = "quantizer"
 
     needs_calibration: bool = False
+    calibrates_on_generated: bool = False
     applies_to: tuple[str, ...] = ("any",)
     grid: tuple[Mapping[str, Any], ...] = field(default_factory=lambda: ({},))
     gpu_only_gain: bool = False

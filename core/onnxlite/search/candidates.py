@@ -104,13 +104,14 @@ def _fast_formats(provider: str) -> tuple[str, ...]:
 
 
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
-                     provider: str = "cpu") -> tuple[list[Candidate], list[Skipped]]:
+                     provider: str = "cpu", generated_calibration: bool = False) -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
 
     ``strategies`` limits the search to those names (then a GPU-only strategy
     or one that does not match the graph family is tried anyway, because the
     user asked for it).  A strategy that needs calibration data is skipped
-    when there is none, with the reason.  GPU-minded strategies (fp16) are tried
+    when there is none, with the reason, unless it may calibrate on generated samples
+    (``calibrates_on_generated``) and ``generated_calibration`` says they were made.  GPU-minded strategies (fp16) are tried
     on the CPU too: they are cheap, halve the size, and on recurrent or
     mixed-range models they keep answers that int8 loses (issue 12).  On a provider other than the CPU, a
     candidate whose format (``output_format``) the provider does not declare
@@ -138,7 +139,8 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
                       "name it in --strategies to try it anyway")
         if reason is None and not wanted and spec.skip_reason is not None:
             reason = _plugin_skip_reason(spec, model)
-        if reason is None and spec.needs_calibration and not has_calibration:
+        if (reason is None and spec.needs_calibration and not has_calibration
+                and not (generated_calibration and spec.calibrates_on_generated)):
             reason = "needs calibration data (--calibration or --data)"
         if reason:
             skipped.append(Skipped(spec.name, reason))

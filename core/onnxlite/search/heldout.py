@@ -58,6 +58,22 @@ def _write_calibration(dataset: Any, target: Path) -> Path:
     return target
 
 
+#: generated samples that calibrate the strategies that may (``calibrates_on_generated``) when no data is given
+GENERATED_CALIBRATION = 64
+#: their seed, far from the judge's generated batches (seeds 1, 2, ...), so no sample both calibrates and judges
+GENERATED_SEED = 10_000
+
+
+def generated_calibration(specs: Sequence[Any], target: Path, seq: int) -> Path:
+    """Write generated, padded samples for the strategies whose calibration only finds structure."""
+    import numpy as np
+
+    from ..inputs import make_feeds
+
+    np.savez(target, **make_feeds(specs, batch=GENERATED_CALIBRATION, seq=seq, seed=GENERATED_SEED, pad=True))
+    return target
+
+
 #: held-out samples the export check runs on when the user gave data
 EXPORT_SAMPLES = 4
 

@@ -178,8 +178,24 @@ class _Search:
         calibration_options = _hf_tokenizer_default(self.source, calibration_options)
         self.data = _split_data(data, calibration, self.specs, data_options, calibration_options, split)
         self.calibration_file: Path | None = None
+        self.generated_calibration: Path | None = None
         if self.data.calibration is not None:
             self.calibration_file = _write_calibration(self.data.calibration, self.work / "calibration.npz")
+        elif self.data.held_out is None:
+            from ..evaluation.judge import DEFAULT_SEQ
+            from .heldout import GENERATED_CALIBRATION, generated_calibration
+
+            self.generated_calibration = generated_calibration(self.specs, self.work / "generated_calibration.npz",
+                                                               DEFAULT_SEQ)
+            self.generated_count = GENERATED_CALIBRATION
+
+    def calibration_for(self, spec) -> Path | None:
+        """The calibration file a strategy gets: the user's data, else generated samples if it may use them."""
+        if not spec.needs_calibration:
+            return None
+        if self.calibration_file is not None:
+            return self.calibration_file
+        return self.generated_calibration if spec.calibrates_on_generated else None
 
     # 4. the judge: the source framework's outputs on held-out data, computed before exporting
     def run_reference(self) -> None:
@@ -230,7 +246,17 @@ class _Search:
 
         self.candidates, self.skipped = build_candidates(self.fp32, strategies=strategies,
                                                          has_calibration=self.calibration_file is not None,
+                                                         generated_calibration=self.generated_calibration is not None,
                                                          provider=self.settings.provider)
+        if self.generated_calibration is not None:
+            from ..registry import get_registry
+
+            on_generated = sorted({c.strategy for c in self.candidates
+                                   if get_registry().get("quantizer", c.strategy).spec.needs_calibration})
+            if on_generated:
+                self.notes.append(f"no data given: {', '.join(on_generated)} calibrated on {self.generated_count} "
+                                  "generated samples, none of them judged (its calibration only locates structure)")
+                self.emit("note", {"message": self.notes[-1]})
         if not self.candidates:
             reasons = "; ".join(f"{s.strategy}: {s.reason}" for s in self.skipped) or "no quantizer plugins"
             raise UsageError(f"no strategy applies to this model ({reasons})")
@@ -246,7 +272,7 @@ class _Search:
         name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items() if k != option})
         if recipe.excluded_nodes:
             name += f"+float{len(recipe.excluded_nodes)}"
-        if spec.needs_calibration and self.calibration_file is None:
+        if spec.needs_calibration and self.calibration_for(spec) is None:
             raise UsageError(f"--recipe: strategy {recipe.strategy!r} needs calibration data (--calibration or --data)")
         self.candidates = [Candidate(name, recipe.strategy, dict(recipe.options), tuple(recipe.excluded_nodes))]
 
@@ -257,7 +283,7 @@ class _Search:
         settings = self.settings.to_dict()
         return {"candidate": candidate.to_dict(), "model": str(self.fp32),
                 "output": str(self.work / "candidates" / f"candidate{index}.onnx"),
-                "calibration": str(self.calibration_file) if spec.needs_calibration and self.calibration_file else None,
+                "calibration": str(c) if (c := self.calibration_for(spec)) else None,
                 "check_data": str(self.calibration_file) if self.calibration_file else None,
                 "judge": str(self.judge_dir), "settings": settings}
 
