@@ -472,14 +472,20 @@ def test_quantize_refuses_an_existing_output_without_force(cli, mlp, tmp_path):
 def test_unknown_operator_is_the_same_usage_error_in_every_command(cli, tmp_path):
     model = make_mlp(tmp_path / "odd.onnx", op="NoSuchOp")
     lines = {}
+    fine = make_mlp(tmp_path / "fine" / "fine.onnx")
     for args in (["quantize", model, "-o", tmp_path / "q.onnx"], ["export", model, "-o", tmp_path / "e.onnx"],
-                 ["bench", model, "--runs", "2"], ["compare", model, model],
-                 ["lighten", model, "-o", tmp_path / "out"]):
+                 ["bench", model, "--runs", "2"], ["bench", fine, model, "--runs", "2"], ["compare", model, model],
+                 ["compare", model, fine], ["compare", fine, model], ["lighten", model, "-o", tmp_path / "out"]):
         code, _out, err = cli(*args)
         assert code == 2, (args, err)
-        lines[args[0]] = one_error_line(err, "No Op registered for NoSuchOp")
-        assert "already quantized" not in lines[args[0]]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.onnx"]
+        key = " ".join(str(a) for a in args[:3])
+        lines[key] = one_error_line(err, "No Op registered for NoSuchOp")
+        assert "already quantized" not in lines[key]
+        # one wording everywhere: the file, then what onnx's checker found (bench and compare used to say
+        # "onnxruntime cannot load it ([ONNXRuntimeError] ...)")
+        assert lines[key].startswith(f"Error: {model}: invalid ONNX model (No Op registered for NoSuchOp"), lines[key]
+    assert len(set(lines.values())) == 1, lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fine", "odd.onnx"]
 
 
 def test_missing_external_data_is_a_usage_error_in_every_command(cli, tmp_path):

@@ -160,6 +160,79 @@ def test_cli_bad_input_is_one_line_and_exit_2(digits, tmp_path):
     assert result.returncode == 2 and "broken.onnx: not a readable ONNX model" in result.stderr
 
 
+# -- confidence: the interval of every drop, and budgets at its one-sided bound (issue 11) ----------------------
+
+def test_accuracy_interval_matches_exact_binomial_bounds_on_the_lost_samples(digits):
+    import onnxlite
+    from scipy.stats import binomtest
+
+    result = onnxlite.compare(digits["fp32"], [digits["damaged"]], data=digits["data"], confidence=0.9)
+    damaged = result.candidates[0]
+    # Every metric's drop has an interval, budget or not.
+    assert set(damaged.intervals) == set(result.metrics) and result.confidence == 0.9
+    # The reference computation, independent of onnxlite: the samples fp32 got right and the damaged model wrong.
+    ref_right = _ort(digits["fp32"], {"x": digits["x"]})[0].argmax(1) == digits["y"]
+    cand_right = _ort(digits["damaged"], {"x": digits["x"]})[0].argmax(1) == digits["y"]
+    n, lost, gained = len(digits["y"]), int(np.sum(ref_right & ~cand_right)), int(np.sum(~ref_right & cand_right))
+    assert lost > 10   # the damage is real
+    interval = damaged.intervals["logits.accuracy"]
+    assert interval["method"] == "exact" and interval["samples"] == n
+    assert interval["estimate"] == pytest.approx((lost - gained) / n)
+    upper = binomtest(lost, n, alternative="less").proportion_ci(confidence_level=0.9, method="exact").high
+    two = binomtest(lost, n).proportion_ci(confidence_level=0.9, method="exact")
+    assert interval["upper"] == pytest.approx(upper, abs=1e-9)
+    assert interval["high"] == pytest.approx(two.high, abs=1e-9)
+    assert interval["low"] == pytest.approx(two.low - gained / n, abs=1e-9)
+
+
+def test_cli_budget_holds_at_the_one_sided_bound_and_confidence_moves_it(digits, tmp_path):
+    import onnxlite
+
+    fp32, int8, data = str(digits["fp32"]), str(digits["int8"]), str(digits["data"])
+    key = "logits.cosine_mean"
+    bounds = {c: onnxlite.compare(fp32, [int8], data=data, confidence=c).candidates[0].intervals[key]["upper"]
+              for c in (0.6, 0.99)}
+    drop = onnxlite.compare(fp32, [int8], data=data, confidence=None).candidates[0].drops[key]
+    assert drop < bounds[0.6] < bounds[0.99]
+    # A budget between the two bounds: above the measured drop, so the old rule passed it.
+    budget = (bounds[0.6] + bounds[0.99]) / 2
+    strict = run_cli("compare", fp32, int8, "--data", data, "--max-drop", f"cosine_mean={budget!r}",
+                     "--confidence", "0.99", "--json")
+    assert strict.returncode == 1, strict.stderr
+    payload = json.loads(strict.stdout)
+    assert payload["confidence"] == 0.99 and payload["passed"] is False
+    cand = payload["candidates"][0]
+    assert cand["intervals"][key]["upper"] == pytest.approx(bounds[0.99])
+    assert cand["failures"] == [f"{key}: drop {drop:.4g}, 99% bound {bounds[0.99]:.4g} > max {budget:.4g}"]
+    loose = run_cli("compare", fp32, int8, "--data", data, "--max-drop", f"cosine_mean={budget!r}",
+                    "--confidence", "0.6", "--report", str(tmp_path / "r"))
+    assert loose.returncode == 0, loose.stderr
+    # The table shows the bound under each drop, in 80 columns; the report shows the two-sided interval too.
+    assert f"≤{bounds[0.6]:.4f}" in loose.stdout
+    drops_md = (tmp_path / "r" / "report.md").read_text()
+    assert "60% interval" in drops_md and f"≤{bounds[0.6]:.4g} (max {budget:.4g})" in drops_md
+    narrow = run_cli("compare", fp32, int8, str(digits["damaged"]), "--data", data, "--max-drop", "2%",
+                     env={"COLUMNS": "80"})
+    assert narrow.returncode == 1
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80, narrow.stdout
+    bad = run_cli("compare", fp32, int8, "--confidence", "1.5")
+    assert bad.returncode == 2 and "--confidence" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_budget_the_samples_cannot_resolve_is_said_and_held_to_the_measured_drop(digits):
+    fp32, data = str(digits["fp32"]), str(digits["data"])
+    # 20 samples: one is worth 5%, more than a 1% budget on agreement, and even no change cannot prove 1%.
+    out = run_cli("compare", fp32, fp32, "--data", data, "--samples", "20", "--max-drop", "top1_agreement=1%")
+    assert out.returncode == 0, out.stderr
+    assert "cannot resolve the logits.top1_agreement budget" in out.stdout and "299 samples" in out.stdout
+    payload = json.loads(run_cli("compare", fp32, fp32, "--data", data, "--samples", "20", "--max-drop",
+                                 "top1_agreement=1%", "--json").stdout)
+    found = payload["unresolved"]["logits.top1_agreement"]
+    assert found["samples_needed"] == 299 and found["sample_worth"] == pytest.approx(0.05)
+    # held to the measured drop (0 here), though its exact bound (about 14%) is far above the budget
+    assert payload["passed"] is True and payload["candidates"][0]["intervals"]["logits.top1_agreement"]["upper"] > 0.1
+
+
 # -- a tiny transformer -----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,7 @@ def check_model(path: str | os.PathLike[str]) -> None:
     import onnx
 
     path = check_exists(path)
-    load_model(path, load_external_data=False)
+    read_header(path)   # the parse every later look at the file shares (compare and bench check too)
     try:
         onnx.checker.check_model(str(path))
     except Exception as exc:

@@ -135,7 +135,7 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
     """
     settings = settings or SessionSettings()
     _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn)
-    from ..modelio import model_size, op_counts, read_header
+    from ..modelio import check_model, model_size, op_counts, read_header
     from ..runtime import resolve_providers
 
     paths = [Path(m) for m in models]
@@ -143,6 +143,7 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
     rows, protos = [], []
     for label, path in zip(labels, paths):
         proto = read_header(path)   # unreadable files fail here, by name
+        check_model(path)   # an unknown operator too, worded as quantize and export word it, before any worker
         protos.append(proto)   # the graph, for the inputs to generate or read below
         rows.append(BenchRow(name=label, path=str(path), size_bytes=model_size(path),
                              op_count=sum(op_counts(proto).values())))

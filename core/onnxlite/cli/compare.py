@@ -20,6 +20,9 @@ from .common import json_option, session_options, session_settings, source_optio
 @click.option("--max-drop", "max_drop", multiple=True, metavar="[METRIC=]DROP",
               help="Fail (exit 1) when a candidate drops more than this on the primary metric "
                    "(or on METRIC); 0.01 and 1% are the same. Repeatable.")
+@click.option("--confidence", type=click.FloatRange(min=0.5, max=0.999), default=0.95, show_default=True,
+              help="Every drop gets an interval; a candidate passes when the one-sided upper confidence bound "
+                   "of its drop is within the budget (as lighten decides).")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
               help="Use at most this many samples of --data; without --data, generate exactly this many "
                    "(default 32).")
@@ -35,7 +38,8 @@ from .common import json_option, session_options, session_settings, source_optio
 @session_options
 @json_option
 def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_options: tuple[str, ...],
-            framework: str, metrics: tuple[str, ...], max_drop: tuple[str, ...], samples: int | None,
+            framework: str, metrics: tuple[str, ...], max_drop: tuple[str, ...], confidence: float,
+            samples: int | None,
             batch_size: int, old_batch_size: int | None, seq_len: int, seed: int, report_dir: str | None,
             inputs: tuple[str, ...], model_class: str | None, framework_options: tuple[str, ...], provider: str,
             threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
@@ -44,11 +48,14 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     REFERENCE is an ONNX model or any source `export` accepts (a PyTorch module
     as file.py:name, a TensorFlow SavedModel...), so a quantized model is judged
     against the original framework's outputs.  With --max-drop the command is a
-    pass/fail check: exit 1 when a candidate is over budget.  The drop is
+    pass/fail check: exit 1 when a candidate is over budget, that is when the
+    one-sided --confidence upper bound of its drop is above it.  The drop is
     1 - value for similarities and agreements, reference minus candidate for
     accuracy, and the value itself for absolute differences (docs/metrics.md).
     """
     from ..evaluation.compare import compare as run_compare
+    from rich.markup import escape
+
     from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
@@ -61,7 +68,7 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
                              max_drop=list(max_drop) or None, settings=settings, framework=framework,
                              data_options=options, samples=samples,
                              batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
-                             seed=seed, progress=lambda msg: status.update(f"{msg}..."))
+                             seed=seed, confidence=confidence, progress=lambda msg: status.update(f"{msg}..."))
     result.reference = reference   # a reference loaded here is named by what the user typed
     paths = None
     if report_dir:
@@ -78,6 +85,8 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     else:
         out = console()
         out.print(_table(result))
+        for note in result.notes:
+            out.print(f"[yellow]note[/]: {escape(note)}")
         for c in result.candidates:
             for note in c.notes:
                 out.print(f"[yellow]{c.name}[/]: {note}")
@@ -106,30 +115,42 @@ def _reference(reference: str, framework: str, inputs, model_class, framework_op
 
 
 def _table(result):
+    """Metrics down, models across, so that two candidates fit in 80 columns: each cell holds the value and,
+    under it, the drop and its one-sided upper confidence bound; red where the verdict failed that budget."""
+    from rich.markup import escape
     from rich.table import Table
 
     from ..report.text import fmt_bytes
 
-    table = Table(title=f"{result.reference} ({result.framework}) on {result.data}", title_justify="left",
-                  caption="value (drop); drop > 0 is worse than the reference, see docs/metrics.md",
+    bound = (f"drop ≤ its one-sided {result.confidence:.0%} upper bound, which a --max-drop budget must stay within"
+             if result.confidence is not None else "drop")
+    table = Table(title=escape(f"{result.reference} ({result.framework}) on {result.data}"), title_justify="left",
+                  caption=f"value, then {bound}; drop > 0 is worse than the reference (docs/metrics.md)",
                   caption_justify="left")
     table.add_column("metric")
     table.add_column("reference", justify="right")
     for c in result.candidates:
-        table.add_column(c.name, justify="right")
+        table.add_column(escape(c.name), justify="right")
     table.add_row("size", fmt_bytes(result.reference_size_bytes), *[fmt_bytes(c.size_bytes) for c in result.candidates])
-    for key, info in result.metrics.items():
-        label = f"[bold]{key}[/]" if key == result.primary_metric else key
-        cells = []
-        for c in result.candidates:
-            value, loss = c.metrics.get(key), c.drops.get(key)
-            text = f"{value:.4f} ({loss:+.4f})" if value is not None else "-"
-            if key in c.budgets:
-                over = not (loss <= c.budgets[key] + 1e-12)
-                text = f"[{'red' if over else 'green'}]{text}[/]"
-            cells.append(text)
+    for key in result.metrics:
+        label = escape(key)
+        label = f"[bold]{label}[/]" if key == result.primary_metric else label
+        cells = [_cell(c, key) for c in result.candidates]
         table.add_row(label, f"{result.reference_metrics[key]:.4f}", *cells)
     if any(c.passed is not None for c in result.candidates):
         table.add_row("verdict", "", *["-" if c.passed is None else ("[green]pass[/]" if c.passed else "[red]FAIL[/]")
                                        for c in result.candidates])
     return table
+
+
+def _cell(candidate, key: str) -> str:
+    """``value`` over ``drop ≤bound``; coloured by the verdict's own failures, so the table never re-decides."""
+    value, loss = candidate.metrics.get(key), candidate.drops.get(key)
+    if value is None or loss is None:
+        return "-"
+    upper = (candidate.intervals.get(key) or {}).get("upper")
+    text = f"{value:.4f}\n{loss:+.4f}" + (f" ≤{upper:.4f}" if upper is not None else "")
+    if key in candidate.budgets:
+        over = any(f.startswith(f"{key}:") for f in candidate.failures)
+        text = f"[{'red' if over else 'green'}]{text}[/]"
+    return text

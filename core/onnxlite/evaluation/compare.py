@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..stats import DEFAULT_CONFIDENCE
 from .judge import DEFAULT_BATCH, DEFAULT_SEQ, CandidateResult, Judge, Progress, _clean, _split_batches
 
 if TYPE_CHECKING:
@@ -39,6 +40,13 @@ class CompareResult:
     data: str
     settings: dict[str, Any] = field(default_factory=dict)
     reference_size_bytes: int | None = None
+    #: budgets hold at this one-sided confidence (None: at the measured drop, no intervals)
+    confidence: float | None = None
+    #: budgets the samples cannot resolve at ``confidence`` (``stats.Resolution.to_dict()`` by metric key):
+    #: held to their measured drop, as ``lighten`` holds them
+    unresolved: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: one line per unresolvable budget, for the table and the report
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool | None:
@@ -55,6 +63,7 @@ class CompareResult:
             "reference_size_bytes": self.reference_size_bytes,
             "reference_metrics": _clean(self.reference_metrics), "metrics": self.metrics,
             "candidates": [c.to_dict() for c in self.candidates], "passed": self.passed,
+            "confidence": self.confidence, "unresolved": dict(self.unresolved), "notes": list(self.notes),
         }
 
     def to_report(self) -> Report:
@@ -70,6 +79,8 @@ class CompareResult:
             note = "; ".join(c.failures + c.notes)
             rows.append(ModelRow(name=c.name, path=c.path, status=status, note=note, **figures_of(c)))
         settings = dict(self.settings) | {"data": self.data, "samples": self.samples}
+        if self.confidence is not None:
+            settings["confidence"] = self.confidence
         return Report(title=f"Accuracy against {Path(self.reference).name}", kind="compare", rows=rows,
                       settings=settings, primary_metric=self.primary_metric,
                       sections=[("Drops", self._drops_markdown()), ("Metrics", self._metrics_markdown())])
@@ -77,16 +88,23 @@ class CompareResult:
     def _drops_markdown(self) -> str:
         keys = list(self.metrics)
         lines = ["Drop = how far each candidate falls from the reference's own score (positive is worse; "
-                 "see docs/metrics.md).", "",
-                 "| metric | " + " | ".join(c.name for c in self.candidates) + " |",
-                 "|---|" + "---:|" * len(self.candidates)]
+                 "see docs/metrics.md)."]
+        if self.confidence is not None:
+            lines[0] += (f" In brackets its two-sided {self.confidence:.0%} interval, then its one-sided "
+                         f"{self.confidence:.0%} upper bound (≤): a budget (max) holds when that bound is within it.")
+        lines += [f"- {note}" for note in self.notes]
+        lines += ["", "| metric | " + " | ".join(c.name for c in self.candidates) + " |",
+                  "|---|" + "---:|" * len(self.candidates)]
         for key in keys:
             cells = []
             for c in self.candidates:
                 value = c.drops.get(key)
                 text = "-" if value is None else f"{value:.4g}"
+                interval = c.intervals.get(key) or {}
+                if value is not None and interval.get("upper") is not None:
+                    text += f" [{interval['low']:.4g}, {interval['high']:.4g}] ≤{interval['upper']:.4g}"
                 if key in c.budgets:
-                    text += f" (max {c.budgets[key]:.4g})"
+                    text += f" (max {c.budgets[key]:.4g}{', measured drop' if key in self.unresolved else ''})"
                 cells.append(text)
             lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
         return "\n".join(lines)
@@ -109,17 +127,23 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
             source_options: Mapping[str, Any] | None = None, data_options: Mapping[str, Any] | None = None,
             inputs: Sequence[InputSpec] | None = None, primary: str | None = None,
             samples: int | None = None, batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ,
-            seed: int = 0, placement: bool | None = None, progress: Progress | None = None) -> CompareResult:
+            seed: int = 0, placement: bool | None = None, confidence: float | None = DEFAULT_CONFIDENCE,
+            progress: Progress | None = None) -> CompareResult:
     """Score each candidate ONNX model against ``reference``.
 
     ``metrics``: metric names (``top1_agreement``) or keys
     (``logits.top1_agreement``); default: the ones that suit each output.
     ``max_drop``: a budget for the primary metric (``0.01`` or ``"1%"``), or
     ``METRIC=VALUE`` strings / a mapping for specific metrics; candidates over
-    budget get ``passed=False``.  ``placement``: report nodes that fall back to
-    the CPU (default: whenever ``settings`` asks for a non-CPU provider).
+    budget get ``passed=False``.  ``confidence``: every drop gets an interval
+    and a budget holds when the one-sided upper bound of the drop at this
+    confidence is within it, the rule ``lighten`` applies
+    (:func:`onnxlite.evaluation.intervals.judge_outputs`); a budget the samples
+    cannot resolve at all is held to the measured drop and named in ``notes``;
+    None judges by the measured drop alone.  ``placement``: report nodes that
+    fall back to the CPU (default: whenever ``settings`` asks for a non-CPU provider).
     """
-    from ..modelio import model_size, read_header
+    from ..modelio import check_model, model_size
     from ..runtime import SessionSettings, resolve_providers
 
     if isinstance(candidates, (str, os.PathLike)):
@@ -127,8 +151,12 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     candidates = [str(c) for c in candidates]
     if not candidates:
         raise UsageError("give at least one candidate ONNX model")
+    if confidence is not None and not 0 < confidence < 1:
+        raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {confidence}")
     for c in candidates:
-        read_header(c)  # unreadable candidates stop us before any work (and the header is parsed once)
+        # unreadable or invalid candidates (an unknown operator) stop us before any work, worded as quantize
+        # and export word them; the header parse is shared with every later look at the file
+        check_model(c)
     settings = settings or SessionSettings()
     resolve_providers(settings)  # an unavailable provider is an error before the reference runs
     say = progress or (lambda _msg: None)
@@ -136,6 +164,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
                                  data_options=data_options, inputs=inputs, metrics=metrics, max_drop=max_drop,
                                  primary=primary, settings=settings, samples=samples, batch_size=batch_size,
                                  seq_len=seq_len, seed=seed, progress=say)
+    unresolved, notes = _set_confidence(judge, confidence)
     names = _names(candidates)
     check_placement = settings.provider != "cpu" if placement is None else placement
     results = []
@@ -152,7 +181,32 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
                          reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
                          samples=judge.samples, data=judge.data_description,
                          settings=settings.to_dict() | {"batch_size": judge.batch_size},
-                         reference_size_bytes=ref_size)
+                         reference_size_bytes=ref_size, confidence=confidence,
+                         unresolved={k: v.to_dict() for k, v in unresolved.items()}, notes=notes)
+
+
+def _set_confidence(judge: Judge, confidence: float | None) -> tuple[dict[str, Any], list[str]]:
+    """Judge by ``lighten``'s confidence rule (no select part: compare chooses nothing); every metric gets an
+    interval.  A budget on a rate metric that the samples cannot resolve is held to its measured drop, and said."""
+    if confidence is None:
+        return {}, []
+    from .intervals import resolution
+
+    judge.confidence = confidence
+    judge.extra_intervals = tuple(m.key for m in judge.metrics)
+    by_key = {m.key: m for m in judge.metrics}
+    unresolved = {}
+    for key, budget in judge.budgets.items():
+        metric = by_key[key]
+        found = resolution(metric, judge.reference_outputs[metric.output], judge.context(metric.output), budget,
+                           judge.samples, confidence)
+        if found is not None and not found.resolvable:
+            unresolved[key] = found
+    judge.estimate_only = tuple(unresolved)
+    notes = [f"{judge.samples} samples cannot resolve the {key} budget ({judge.budgets[key]:.3g}) at "
+             f"{confidence:.0%} confidence: {found.reason}; {key} is held to its measured drop"
+             for key, found in unresolved.items()]
+    return unresolved, notes
 
 
 def _names(paths: Sequence[str]) -> list[str]:
@@ -172,7 +226,8 @@ def _add_placement(result: CandidateResult, path: str, settings: SessionSettings
     if check:
         from ..placement import cpu_fallback_nodes
 
-        first = _split_batches(judge.feeds, judge.batch_size)[0]
+        # the judge's first batch of the user's samples, each input cut on its own sample axis
+        first = _split_batches(judge.feeds, judge.batch_size, judge.batch_axes)[0]
         fallback = cpu_fallback_nodes(path, settings, first)
         result.cpu_fallback = fallback
         if fallback:

@@ -71,11 +71,11 @@ class ReferenceModel:
                        lambda feeds: _run_source(model, feeds), specs)
         if _is_onnx(reference, framework):
             from ..inputs import specs_from_onnx
-            from ..modelio import read_header
+            from ..modelio import check_model
             from ..runtime import create_session, run_session
 
             path = str(reference)
-            read_header(path)  # a clear error for unreadable files
+            check_model(path)  # unreadable files and unknown operators: one line, as quantize and export say it
             cpu = replace(settings or SessionSettings(), provider="cpu", provider_options={})
             session = create_session(path, cpu)
             specs = (lambda: list(inputs)) if inputs else (lambda: specs_from_onnx(path))
