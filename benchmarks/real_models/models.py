@@ -256,7 +256,10 @@ def _page_with_text(rng: np.random.Generator, split: str, background, size: tupl
     boxes = []
     for _ in range(int(rng.integers(3, 7))):
         text = " ".join(_words(rng, int(rng.integers(1, 4)), split))
-        font = _font(int(rng.integers(22, 44)), ("DejaVuSans-Bold.ttf", "DejaVuSerif-Bold.ttf")[int(rng.integers(0, 2))])
+        # heldout2 (a second domain): regular-weight serif and monospace text instead of bold
+        styles = (("DejaVuSerif.ttf", "DejaVuSansMono.ttf") if split == "heldout2"
+                  else ("DejaVuSans-Bold.ttf", "DejaVuSerif-Bold.ttf"))
+        font = _font(int(rng.integers(22, 44)), styles[int(rng.integers(0, 2))])
         left, top, right, bottom = font.getbbox(text)
         w, h = right - left, bottom - top
         if w + 20 >= width:
@@ -280,6 +283,7 @@ def _det_tensor(image) -> np.ndarray:
 
 
 def ocr_det_data(split: str, count: int) -> np.ndarray:
+    """``x`` [count, 3, 480, 640]: photos with text plates.  ``heldout2`` renders regular serif/mono fonts (a second domain)."""
     rng = np.random.default_rng(_seed(split, 2))
     names = PHOTOS_CALIBRATION if split == "calibration" else PHOTOS_HELDOUT
     photos = [photo(n) for n in names]
