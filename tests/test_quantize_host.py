@@ -261,3 +261,25 @@ def test_calibration_required_and_third_party_strategy(tmp_path, mlp):
     assert "saw 5 calibration samples" in json.loads(done.stdout)["notes"]
     helped = run_cli("quantize", "-s", "copycat", "--help", site=site)
     assert "level=int" in helped.stdout and "onnxlite-copycat" in helped.stdout
+
+
+def test_the_table_says_what_the_smoke_check_ran_on(tmp_path):
+    # A fixed batch of one (as Ultralytics exports): the check on the user's data runs one sample, and the
+    # table said "a padded batch of 2" whatever it ran on.
+    path = make_mlp(tmp_path / "one.onnx", k=32)
+    model = onnx.load(str(path))
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_value = 1
+    onnx.save(model, str(path))
+    data = tmp_path / "calib.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((6, 32)).astype(np.float32))
+    done = run_cli("quantize", str(path), "-o", str(tmp_path / "s.onnx"), "-s", "static", "--calibration", str(data))
+    assert done.returncode == 0, done.stderr
+    assert "ran on the first 1 sample of --calibration" in done.stdout and "padded" not in done.stdout
+    as_json = run_cli("quantize", str(path), "-o", str(tmp_path / "s2.onnx"), "-s", "static", "--calibration",
+                      str(data), "--json")
+    check = json.loads(as_json.stdout)["details"]["check"]
+    assert check["samples"] == "user data" and check["batch"] == 1
+    generated = run_cli("quantize", str(make_mlp(tmp_path / "mlp.onnx", k=32)), "-o", str(tmp_path / "d.onnx"))
+    assert generated.returncode == 0, generated.stderr
+    assert "ran on a generated, padded batch of 2" in generated.stdout and "--calibration" not in generated.stdout

@@ -81,7 +81,8 @@ class StrategyCommand(click.Command):
               help="Calibration data for strategies that need it (see docs/calibration.md).")
 @click.option("--calibration-option", "calibration_options", multiple=True, metavar="KEY=VALUE",
               help="An option for the calibration data loader (repeatable).")
-@click.option("--no-check", is_flag=True, help="Skip the smoke run of input vs output on a padded batch.")
+@click.option("--no-check", is_flag=True, help="Skip the smoke run of input vs output (on the first --calibration "
+              "samples, else on a generated padded batch).")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @target_runtime_option
 @json_option
@@ -137,7 +138,7 @@ def _print_result(result) -> None:
     check = result.details.get("check")
     if check and check.get("ran"):
         cos = [v["cosine_min"] for v in check.get("outputs", {}).values()]
-        table.add_row("smoke check", "ran on a padded batch of 2" + (f", min cosine {min(cos):.4f}" if cos else ""))
+        table.add_row("smoke check", _check_ran_on(check) + (f", min cosine {min(cos):.4f}" if cos else ""))
     for key, value in result.details.items():
         if key == "check" or key in resolved:
             continue
@@ -150,3 +151,12 @@ def _print_result(result) -> None:
         # each was printed on stderr as it happened; repeating them here printed every warning twice
         table.add_row("[yellow]warnings[/]", f"{len(result.warnings)} (printed above)")
     out.print(table)
+
+
+def _check_ran_on(check: dict[str, Any]) -> str:
+    """What the smoke check really ran on: the user's samples (the only ones this command takes are
+    --calibration's) or a generated, padded batch (quantization/smoke.py records which)."""
+    count = check.get("batch")
+    if check.get("samples") == "generated":
+        return f"ran on a generated, padded batch of {count}"
+    return f"ran on the first {count} sample{'s' if count != 1 else ''} of --calibration"
