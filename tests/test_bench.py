@@ -324,6 +324,69 @@ def test_explicit_feeds_set_the_batch(models):
     assert result.rows[0].throughput == pytest.approx(5 / (result.rows[0].latency_ms["mean"] / 1e3))
 
 
+def _streaming(path: Path) -> Path:
+    """A streaming model's inputs: x[batch, 16], a state [2, batch, 8] batched on axis 1, a scalar sr.
+
+    The state's update adds a projection of x, so the two must hold the same samples: a batch cut on
+    axis 0 of the state (its 2) fails in onnxruntime instead of passing unnoticed.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.zeros((), np.float32), "zero")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["srf", "zero"], ["z"]),
+             helper.make_node("Add", ["m", "z"], ["y"]),
+             helper.make_node("MatMul", ["x", "w2"], ["p"]),
+             helper.make_node("Unsqueeze", ["p", "axis0"], ["p1"]),
+             helper.make_node("Add", ["state", "p1"], ["state_out"])]
+    graph = helper.make_graph(nodes, "stream",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
+                               helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 8]),
+                               helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+                               helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, "batch", 8])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_the_batch_is_read_on_each_inputs_own_sample_axis(tmp_path):
+    """A state [2, batch, 8] batches on axis 1 and a scalar sample rate on none (issue 12, cause 4):
+    bench read axis 0 of every input, so --data crashed on the scalar (IndexError) and given feeds
+    fell back to a batch of 1, dividing the throughput by their real batch."""
+    import onnxlite
+
+    model = _streaming(tmp_path / "stream.onnx")
+    rng = np.random.default_rng(1)
+    data = tmp_path / "stream.npz"
+    np.savez(data, x=rng.standard_normal((12, 16)).astype(np.float32),
+             state=rng.standard_normal((2, 12, 8)).astype(np.float32), sr=np.array(16000, np.int64))
+    result = onnxlite.bench([model], batch=4, runs=3, warmup=1, data=data)
+    row = result.rows[0]
+    assert row.status == "ok", row.note
+    assert result.batch == 4 and row.throughput == pytest.approx(4 / (row.latency_ms["mean"] / 1e3))
+    # 12 samples on the state's axis 1, not its 2 on axis 0
+    with pytest.raises(UsageError, match="12 samples, fewer than --batch 13"):
+        onnxlite.bench([model], batch=13, runs=2, data=data)
+    feeds = {"x": rng.standard_normal((6, 16)).astype(np.float32), "state": np.zeros((2, 6, 8), np.float32),
+             "sr": np.array(16000, np.int64)}
+    given = onnxlite.bench([model], feeds=feeds, runs=3, warmup=0)
+    assert given.rows[0].status == "ok", given.rows[0].note
+    assert given.batch == 6
+    assert given.rows[0].throughput == pytest.approx(6 / (given.rows[0].latency_ms["mean"] / 1e3))
+    generated = run_cli("bench", str(model), "--batch", "3", "--runs", "2", "--warmup", "0", "--json")
+    assert generated.returncode == 0, generated.stderr
+    assert json.loads(generated.stdout)["models"][0]["status"] == "ok"
+
+
 def test_a_model_that_fails_to_run_is_reported_failed(models):
     import onnxlite
 

@@ -149,8 +149,10 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
                              op_count=sum(op_counts(proto).values())))
     resolve_providers(settings)   # an unavailable provider is one clear error before any worker starts
     if feeds is not None:
-        sizes = {int(v.shape[0]) for v in feeds.values() if getattr(v, "ndim", 0)}
-        batch = sizes.pop() if len(sizes) == 1 else batch   # given feeds are one batch, whatever --batch says
+        # given feeds are one batch, whatever --batch says: its size is read on each input's own sample axis
+        # (a streaming state [2, batch, 128] batches on axis 1, a scalar sample rate on none)
+        sizes = _batch_sizes(feeds, _axes(protos[0]))
+        batch = sizes.pop() if len(sizes) == 1 else batch
     schedule: list[tuple[int, int]] = []
     with tempfile.TemporaryDirectory(prefix="onnxlite-bench-") as tmp:
         workers: list[_WorkerProcess] = []
@@ -221,7 +223,7 @@ def _write_feeds(target: Path, model: onnx.ModelProto, batch: int, seq_len: int,
     """Save the batches a worker cycles through as ``b<i>__<input name>`` arrays in one .npz."""
     import numpy as np
 
-    from ..inputs import make_feeds, specs_from_onnx
+    from ..inputs import batch_axes, make_feeds, specs_from_onnx
 
     if feeds is not None:
         batches = [{k: np.asarray(v) for k, v in feeds.items()}]
@@ -231,10 +233,12 @@ def _write_feeds(target: Path, model: onnx.ModelProto, batch: int, seq_len: int,
             from ..data import load_data
 
             dataset = load_data(data, specs, data_options)
-            # Complete batches only (so every run has ``batch`` samples), and a bounded number of them.
+            # Complete batches only (so every run has ``batch`` samples), and a bounded number of them;
+            # each input counted on its own sample axis, scalars and constants not at all.
             batches = []
+            axes = batch_axes(specs)
             for chunk in dataset.batches(batch):
-                if min(int(v.shape[0]) for v in chunk.values()) < batch:
+                if min(_batch_sizes(chunk, axes), default=batch) < batch:
                     break
                 batches.append(chunk)
                 if len(batches) >= MAX_DATA_BATCHES:
@@ -244,6 +248,21 @@ def _write_feeds(target: Path, model: onnx.ModelProto, batch: int, seq_len: int,
         else:
             batches = [make_feeds(specs, batch=batch, seq=seq_len, seed=seed, pad=True)]
     np.savez(target, **{f"b{i}__{name}": array for i, chunk in enumerate(batches) for name, array in chunk.items()})
+
+
+def _axes(model: onnx.ModelProto) -> dict[str, int | None]:
+    """Each input's sample axis, from the model's input specs (None: a scalar or constant)."""
+    from ..inputs import batch_axes, specs_from_onnx
+
+    return batch_axes(specs_from_onnx(model))
+
+
+def _batch_sizes(feeds: Mapping[str, Any], axes: Mapping[str, int | None]) -> set[int]:
+    """The sizes of the inputs' sample axes in one feed dict (one size when the batch is consistent)."""
+    from ..data.dataset import axis_of
+
+    return {int(v.shape[axis]) for name, v in feeds.items()
+            if (axis := axis_of(name, v, axes)) is not None}
 
 
 def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_feeds: bool) -> dict[str, Any]:

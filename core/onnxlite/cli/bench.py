@@ -19,7 +19,8 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True,
               help="Untimed runs per model before measuring.")
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Batch size (first dynamic axis).")
+              help="Batch size, on each input's sample axis (the dim named batch, else the first dynamic one; "
+                   "a scalar input has none).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=128, show_default=True,
               help="Size of the other dynamic axes (sequence length) for generated inputs.")
 @click.option("--data", type=click.Path(path_type=Path), default=None,
