@@ -163,3 +163,60 @@ def test_compare_reports_fallback_per_candidate(models):
     assert candidate.format == "qoperator"
     assert candidate.cpu_fallback == {}  # asked for the CPU: nothing fell back
     assert result.to_dict()["candidates"][0]["cpu_fallback"] == {}
+
+
+def _fixed_size_model(path: Path) -> Path:
+    """x[batch, 3, h, w] plus a [1, 3, 16, 16] constant: like a detector, it runs only at the size it was built for."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    bias = numpy_helper.from_array(np.ones((1, 3, 16, 16), np.float32), "bias")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "bias"], ["a"], name="add"),
+                               helper.make_node("Relu", ["a"], ["y"], name="relu")], "fixed",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, "h", "w"])], [bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+def test_placement_profiles_on_the_users_data_not_invented_sizes(tmp_path):
+    """Issue 12, cause 1, for placement: generated 8x8 images break a graph built for 16x16; the user's do not."""
+    from onnxlite.data import load_data
+    from onnxlite.errors import UsageError
+    from onnxlite.inputs import specs_from_onnx
+    from onnxlite.placement import placement_report, sample_feeds
+    from onnxlite.runtime import SessionSettings
+
+    model = _fixed_size_model(tmp_path / "fixed.onnx")
+    data = tmp_path / "images.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((5, 3, 16, 16)).astype(np.float32))
+    settings = SessionSettings(provider="cpu", graph_optimization="disable")
+    with pytest.raises(UsageError, match=r"generated samples x\[2, 3, 8, 8\].*give data of the sizes it takes"):
+        placement_report(model, settings, runs=1)
+    for given in (data, load_data(data, specs_from_onnx(model))):   # a data path or a Dataset
+        feeds, generated = sample_feeds(model, given)
+        assert not generated and feeds["x"].shape == (2, 3, 16, 16)
+        report = placement_report(model, settings, feeds=given, runs=1)
+        assert {n.name for n in report.nodes} == {"add", "relu"} and report.fallback == ()
+
+
+def test_placement_cuts_the_users_batch_on_each_inputs_sample_axis(tmp_path):
+    """lighten's fallback report sliced v[:batch]: a state [2, batch, 8] kept every sample and a scalar raised."""
+    from test_bench import _streaming
+
+    from onnxlite.placement import first_samples, placement_report
+    from onnxlite.runtime import SessionSettings
+
+    model = _streaming(tmp_path / "stream.onnx")
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((12, 16)).astype(np.float32),
+             "state": rng.standard_normal((2, 12, 8)).astype(np.float32), "sr": np.array(16000, np.int64)}
+    first = first_samples(feeds, 4, model_path=model)   # the sample axes read from the model's inputs
+    assert first["x"].shape == (4, 16) and first["state"].shape == (2, 4, 8) and first["sr"].shape == ()
+    np.testing.assert_array_equal(first["state"], feeds["state"][:, :4])
+    # the model adds a projection of x to the state, so only a consistent cut runs
+    report = placement_report(model, SessionSettings(provider="cpu"), feeds=first, runs=1)
+    assert report.nodes and report.fallback == ()
+    assert first_samples(feeds, 4, {"state": 1, "sr": None})["state"].shape == (2, 4, 8)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import UsageError, one_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -153,14 +153,53 @@ def parse_profile_times(events: Iterable[Mapping[str, Any]]) -> tuple[list[NodeT
     return nodes, (mean(model_runs) if model_runs else None), runs
 
 
-def _default_feeds(model_path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+#: samples of the user's data a profile runs on when it is given a whole data set
+PROFILE_SAMPLES = 2
+
+#: what the ``feeds`` of the functions below may be: one feed dict, a Dataset or a data path (the user's
+#: samples, whose shapes the model takes), or None for a generated, padded batch
+Feeds = Any
+
+
+def sample_feeds(model_path: str | os.PathLike[str], feeds: Feeds = None) -> tuple[dict[str, np.ndarray], bool]:
+    """The feed dict a profile runs, and whether it was generated.
+
+    The user's samples whenever there are any: a feed dict as is, or the first
+    :data:`PROFILE_SAMPLES` of a :class:`~onnxlite.data.Dataset` or a data path
+    (read against the model's inputs, each cut on its own sample axis).  Only
+    without data is a batch generated from the model's input specs, padded as
+    every other check pads it.
+    """
     from .inputs import make_feeds, specs_from_onnx
 
-    return make_feeds(specs_from_onnx(model_path), batch=2, seq=8)
+    if feeds is None:
+        return make_feeds(specs_from_onnx(model_path), batch=2, seq=8, pad=True), True
+    if isinstance(feeds, (str, os.PathLike)):
+        from .data import load_data
+
+        feeds = load_data(feeds, specs_from_onnx(model_path))
+    if hasattr(feeds, "batches"):
+        for batch in feeds.batches(PROFILE_SAMPLES):
+            return dict(batch), False
+        raise UsageError(f"{getattr(feeds, 'source', '') or 'the data'}: no samples")
+    return dict(feeds), False
+
+
+def first_samples(feeds: Mapping[str, np.ndarray], count: int, axes: Mapping[str, int | None] | None = None,
+                  model_path: str | os.PathLike[str] | None = None) -> dict[str, np.ndarray]:
+    """The first ``count`` samples of ``feeds``, each input cut on its own sample axis (``axes``, else read
+    from ``model_path``'s input specs): a state ``[2, batch, 128]`` on axis 1, a scalar sample rate whole."""
+    from .data.dataset import take_rows
+
+    if axes is None and model_path is not None:
+        from .inputs import batch_axes, specs_from_onnx
+
+        axes = batch_axes(specs_from_onnx(model_path))
+    return take_rows(feeds, 0, count, axes)
 
 
 def _profile_events(model_path: str | os.PathLike[str], settings: SessionSettings,
-                    feeds: Mapping[str, np.ndarray] | None, runs: int) -> list[dict[str, Any]]:
+                    feeds: Feeds, runs: int) -> list[dict[str, Any]]:
     from .runtime import create_session, run_session, session_options
 
     with tempfile.TemporaryDirectory(prefix="onnxlite-profile-") as tmp:
@@ -168,9 +207,18 @@ def _profile_events(model_path: str | os.PathLike[str], settings: SessionSetting
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
         session = create_session(model_path, settings, options)
-        feeds = _default_feeds(model_path) if feeds is None else feeds
+        feeds, generated = sample_feeds(model_path, feeds)
         for _ in range(max(1, runs)):
-            run_session(session, feeds)
+            try:
+                run_session(session, feeds)
+            except UsageError:
+                raise
+            except Exception as exc:
+                shapes = ", ".join(f"{n}{list(getattr(a, 'shape', ()))}" for n, a in feeds.items())
+                what = "generated samples" if generated else "the given samples"
+                hint = "; give data of the sizes it takes" if generated else ""
+                raise UsageError(f"{model_path}: profiling where its nodes run failed on {what} {shapes} "
+                                 f"({one_line(exc, 200)}){hint}") from None
         path = session.end_profiling()
         try:
             events = json.loads(Path(path).read_text())
@@ -180,8 +228,11 @@ def _profile_events(model_path: str | os.PathLike[str], settings: SessionSetting
 
 
 def placement_report(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
-                     feeds: Mapping[str, np.ndarray] | None = None, runs: int = 3) -> PlacementReport:
-    """Run the model ``runs`` times with profiling on: where each node ran and what the fallback cost."""
+                     feeds: Feeds = None, runs: int = 3) -> PlacementReport:
+    """Run the model ``runs`` times with profiling on: where each node ran and what the fallback cost.
+
+    ``feeds``: the user's samples (a feed dict, Dataset or data path: :func:`sample_feeds`) whenever there are
+    any; a graph that needs particular sizes fails on invented ones."""
     from .runtime import SessionSettings
 
     settings = settings or SessionSettings()
@@ -190,7 +241,7 @@ def placement_report(model_path: str | os.PathLike[str], settings: SessionSettin
 
 
 def profile_nodes(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
-                  feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, dict[str, str]]:
+                  feeds: Feeds = None) -> dict[str, dict[str, str]]:
     """Run the model once with profiling on and return :func:`parse_profile` of the result."""
     from .runtime import SessionSettings
 
@@ -258,13 +309,13 @@ def logged_placement(model_path: str | os.PathLike[str],
 
 
 def node_placement(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
-                   feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, str]:
+                   feeds: Feeds = None) -> dict[str, str]:
     """Node name -> the execution provider onnxruntime ran it on (after graph optimization)."""
     return {node: info["provider"] for node, info in profile_nodes(model_path, settings, feeds).items()}
 
 
 def record_fallback(rows: Iterable[Any], settings: SessionSettings,
-                    feeds: Mapping[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
+                    feeds: Feeds) -> dict[str, dict[str, Any]]:
     """Row name -> what fell back (nodes, time, ops, one-line summary), for benchmarked rows that did.
 
     Empty on the CPU provider; a model that cannot be profiled is left out
@@ -295,15 +346,19 @@ def annotate_reasons(rows: Iterable[Any], fallback: Mapping[str, Mapping[str, An
 
 
 def report_fallback(rows: list[Any], settings: SessionSettings, feeds: Mapping[str, np.ndarray] | None,
-                    batch: int | None = None) -> dict[str, dict[str, Any]]:
+                    batch: int | None = None, axes: Mapping[str, int | None] | None = None) -> dict[str, dict[str, Any]]:
     """:func:`record_fallback` on the first ``batch`` samples of ``feeds``, then :func:`annotate_reasons`.
+
+    ``axes``: each input's sample axis (the judge's ``batch_axes``); by default read from the first row's model.
 
     What ``lighten`` shows for each benchmarked row on a provider other than the CPU (its table and report).
     """
     if settings.provider == "cpu":
         return {}
     if feeds is not None and batch:
-        feeds = {k: v[:batch] for k, v in feeds.items()}
+        # each input on its own sample axis (v[:batch] sliced a state's axis 0 and raised on a scalar)
+        first = next((row.path for row in rows if getattr(row, "path", None)), None)
+        feeds = first_samples(feeds, batch, axes, first)
     found = record_fallback(rows, settings, feeds)
     annotate_reasons(rows, found)
     return found
@@ -317,7 +372,7 @@ def requested_provider(settings: SessionSettings | None) -> str:
 
 
 def cpu_fallback_nodes(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
-                       feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, str]:
+                       feeds: Feeds = None) -> dict[str, str]:
     """Nodes (name -> op type) that ran on the CPU although another provider was asked for.
 
     Empty when the CPU provider itself was asked for: nothing fell back.
