@@ -511,3 +511,25 @@ def test_input_naming_a_missing_input_names_the_flag_and_the_name(cli, mlp, tmp_
         assert code == 2, err
         line = one_error_line(err, "--input")
         assert "'z'" in line and "'x'" in line
+
+
+# ---------------------------------------------------------------- install hints name the project's extras
+
+
+def test_quantizer_install_hints_name_the_projects_extra(monkeypatch):
+    """Without onnxruntime every built-in strategy says `pip install 'onnxlite[cpu]'`, the extra that picks the
+    build (a bare `pip install onnxruntime` would put a second build beside onnxruntime-gpu or -openvino)."""
+    import tomllib
+
+    from onnxlite import registry
+    from onnxlite.registry import get_registry
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert any(dep.startswith("onnxruntime") for dep in extras["cpu"])
+    real = registry._module_missing
+    monkeypatch.setattr(registry, "_module_missing", lambda m: m == "onnxruntime" or real(m))
+    entries = [e for e in get_registry().all("quantizer") if e.plugin.distribution == "onnxlite"]
+    assert len(entries) >= 7
+    for entry in entries:
+        assert entry.unavailable_reason() == "onnxruntime is not installed: pip install 'onnxlite[cpu]'", entry.name

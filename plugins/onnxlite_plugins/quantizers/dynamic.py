@@ -62,7 +62,7 @@ def register_quantizers():
                         "per-channel MatMul/Gemm by default. Best first try for transformers and MLPs on CPU.",
             factory=DynamicQuantizer,
             requires=("onnxruntime", "onnx"),
-            install="onnxruntime",
+            install="onnxlite[cpu]",
             applies_to=("transformer", "matmul"),
             needs_calibration=False,
             options=common_options(),

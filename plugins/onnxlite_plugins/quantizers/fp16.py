@@ -63,7 +63,7 @@ def register_quantizers():
                         "Pays off on GPUs; on CPU it is usually no faster.",
             factory=Fp16Converter,
             requires=("onnxruntime", "onnx"),
-            install="onnxruntime",
+            install="onnxlite[cpu]",
             applies_to=("any",),
             needs_calibration=False,
             gpu_only_gain=True,

@@ -109,7 +109,7 @@ def register_quantizers():
                         "lighten builds the assignment from per-node sensitivity under the budget.",
             factory=MixedQuantizer,
             requires=("onnxruntime", "onnx"),
-            install="onnxruntime",
+            install="onnxlite[cpu]",
             applies_to=("matmul", "transformer"),
             needs_calibration=False,
             options=(

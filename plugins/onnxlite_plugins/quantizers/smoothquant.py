@@ -264,7 +264,7 @@ def register_quantizers():
                         "then dynamic per-channel int8 (MatMul/Gemm, and Gather for embedding tables).",
             factory=SmoothQuantQuantizer,
             requires=("onnxruntime", "onnx"),
-            install="onnxruntime",
+            install="onnxlite[cpu]",
             applies_to=("transformer",),
             needs_calibration=True,
             # The outlier channels sit where LayerNorm's gains put them: on MiniLM, maxima from 64 generated

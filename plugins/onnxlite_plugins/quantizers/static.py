@@ -235,7 +235,7 @@ def register_quantizers():
                     "(onnxruntime quant_pre_process + quantize_static)",
         factory=StaticQuantizer,
         requires=("onnxruntime", "onnx"),
-        install="onnxruntime",
+        install="onnxlite[cpu]",
         options=OPTIONS,
         needs_calibration=True,
         applies_to=("conv", "any"),

@@ -224,7 +224,7 @@ def register_quantizers():
                         "then dynamic per-channel int8. For BERT-style encoders on CPU.",
             factory=TransformerQuantizer,
             requires=("onnxruntime", "onnx", "sympy"),
-            install="onnxruntime",
+            install="onnxlite[cpu]",
             applies_to=("transformer",),
             needs_calibration=False,
             output_format=lambda options: "qoperator" if options.get("quantize", True) else "fp32",

@@ -126,7 +126,7 @@ def _settings(options: Mapping[str, Any], algorithm: str, bits: int) -> dict[str
         raise UsageError("--option bits=8 with gptq: onnxruntime 1.32's GPTQ writes MatMulNBits only for 4 bits "
                          "(8 bits would stay float and shrink nothing); use --strategy weightonly for 8 bits")
     if algorithm == "hqq" and importlib.util.find_spec("torch") is None:
-        raise UsageError("--option algorithm=hqq needs torch (onnxruntime's HQQ runs on it): pip install torch")
+        raise UsageError("--option algorithm=hqq needs torch (onnxruntime's HQQ runs on it): pip install 'onnxlite[torch]'")
     return {"bits": bits, "block_size": int(options["block_size"]), "accuracy_level": level,
             "symmetric": bool(options["symmetric"]), "gather": options.get("gather", "float"),
             "gather_block_size": int(options.get("gather_block_size", 32))}
@@ -307,7 +307,7 @@ def _options(bits: int | None, block: int, symmetric: bool, level: int, algorith
 
 @hookimpl
 def register_quantizers():
-    common = {"requires": ("onnxruntime", "onnx"), "install": "onnxruntime", "applies_to": ("matmul", "transformer"),
+    common = {"requires": ("onnxruntime", "onnx"), "install": "onnxlite[cpu]", "applies_to": ("matmul", "transformer"),
               "skip_reason": skip_reason}
     return [
         QuantizerSpec(
