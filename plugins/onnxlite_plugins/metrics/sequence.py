@@ -21,7 +21,9 @@ means nothing.  These metrics look where the damage is:
 
 They are off by default (``default=False``): name them with ``--metric``
 (``--metric output0.slice_rel_error_max``); ``--list-plugins`` describes each
-one.  Choosing them per output by default is the host's job (metrics.py).
+one.  Choosing them per output by default is the host's job (metrics.py): on
+an output whose slices differ in range more than 10x (a detector head), the host
+brings in ``slice_rel_error_max`` with a budget of its own (docs/metrics.md).
 """
 
 from __future__ import annotations
