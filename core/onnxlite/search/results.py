@@ -147,7 +147,7 @@ def _report(result: LightenResult) -> Any:
         sections.append(("Confidence", confidence))
     if result.partial and result.partial.get("tried"):
         ranking = "\n".join(f"- `{r['node']}` ({r['op_type']}): adds {r['added_error']:.3g} relative error"
-                            for r in result.partial["ranking"][:10])
+                            for r in (result.partial.get("ranking") or [])[:10]) or f"- none: {result.partial.get('reason', 'no node could be ranked')}"
         steps = "\n".join(f"- {s['keep_float']} node(s) in float: {s['status']} (drop {s['drop']})"
                           for s in result.partial["steps"])
         why = f" ({result.partial['why']})" if result.partial.get("why") else ""
