@@ -19,15 +19,22 @@ K = 128
 BUDGET = 0.01    # cosine drop
 
 
-def fragile_model(path: Path) -> Path:
-    """x -> A -> B -> (zero channel 1) -> F -> C.  F's row 1 is huge but always multiplied by 0 in float,
-    so any weight scheme that shares a scale along K (int8 per channel, 8- or 4-bit blocks) flattens
-    the rest of F's weights; A, B and C are ordinary layers every scheme handles."""
+def fragile_model(path: Path, tiny_b: bool = True) -> Path:
+    """x -> A -> B -> (x 1e9, channel 1 zeroed) -> F -> C.  Two layers are fragile in different ways.
+
+    F's row 1 is 1e4 but always multiplied by 0 in float: any weight scheme that shares a scale along K
+    (int8 per channel, 8- or 4-bit blocks) flattens the rest of F's weights, while float16 holds it.
+    B's weights are ~1e-10 (a gain of 1e9 follows): every integer scheme scales them per channel or
+    block, but float16's smallest subnormal is 6e-8, so onnxruntime's converter turns them into signs.
+    So F needs fp16 or float, and B anything but fp16; A and C are ordinary layers.  ``tiny_b=False``
+    leaves B ordinary (gain 1), so uniform fp16 passes."""
     rng = np.random.default_rng(0)
     weights = {n: rng.standard_normal((K, K)) / np.sqrt(K) for n in "ABF"}
     weights["F"][1, :] = 1e4
+    gain = 1e9 if tiny_b else 1.0
+    weights["B"] /= gain
     weights["C"] = rng.standard_normal((K, 16)) / np.sqrt(K)
-    mask = np.ones(K, np.float32)
+    mask = np.full(K, gain, np.float32)
     mask[1] = 0.0
     inits = [numpy_helper.from_array(mask, "mask")]
     inits += [numpy_helper.from_array(w.astype(np.float32), f"{n}_w") for n, w in weights.items()]
@@ -64,7 +71,7 @@ def _drop(judge, path) -> float:
 def test_every_uniform_scheme_misses_the_budget(setup):
     folder, model, judge = setup
     for i, (strategy, options) in enumerate([("dynamic", {}), ("weightonly", {"bits": 8}),
-                                             ("weightonly", {"bits": 4, "block_size": 32})]):
+                                             ("weightonly", {"bits": 4, "block_size": 32}), ("fp16", {})]):
         out = onnxlite.quantize(model, folder / f"uniform{i}.onnx", strategy, **options)
         assert _drop(judge, out.path) > BUDGET, (strategy, options)
 
@@ -79,21 +86,24 @@ def test_planned_mixed_precision_meets_it_and_is_lighter(setup):
             out = onnxlite.quantize(model, folder / f"sweep-{node}-{scheme}.onnx", "mixed",
                                     default="float", assign=[f"{node}={scheme}"])
             sensitivity.setdefault(node, {})[scheme] = _drop(judge, out.path)
-    # the sweep finds the fragile layer: every scheme breaks F alone, none breaks A alone
-    assert all(sensitivity["F"][s] > BUDGET for s in LIGHTEST_FIRST[:-1])
-    assert sensitivity["A"]["int8"] < BUDGET / 10
+    # the sweep finds both fragile layers: every integer scheme breaks F alone and fp16 does not;
+    # fp16 breaks B alone and no integer scheme does; nothing breaks A
+    assert all(sensitivity["F"][s] > BUDGET for s in ("block4", "block8", "int8"))
+    assert sensitivity["F"]["fp16"] < BUDGET / 10 and sensitivity["B"]["fp16"] > BUDGET
+    assert sensitivity["B"]["int8"] < BUDGET and sensitivity["A"]["int8"] < BUDGET / 10
     chosen = mixed_plan.plan(sensitivity, sizes, BUDGET, LIGHTEST_FIRST, BYTES_PER_WEIGHT)
-    assert chosen["F"] == "float" and all(s != "float" for n, s in chosen.items() if n != "F")
+    assert chosen["F"] == "fp16" and chosen["B"] != "fp16" and "float" not in chosen.values(), chosen
     result = onnxlite.quantize(model, folder / "mixed.onnx", "mixed", **mixed_plan.assignment_options(chosen))
     assert _drop(judge, result.path) <= BUDGET
     assert result.size_after < 0.6 * result.size_before
-    assert result.excluded_nodes == ["F"]
+    written = onnx.load(str(result.path))
+    assert [i.name for i in written.graph.initializer if i.data_type == TensorProto.FLOAT16] == ["F_w_fp16_F"]
 
 
 def test_promote_moves_the_worst_node_one_scheme_heavier():
     chosen = {"a": "block4", "b": "int8", "c": "float"}
     sensitivity = {"a": {"block4": 0.002}, "b": {"int8": 0.02}, "c": {}}
-    assert mixed_plan.promote(chosen, sensitivity, LIGHTEST_FIRST) == {"a": "block4", "b": "float", "c": "float"}
+    assert mixed_plan.promote(chosen, sensitivity, LIGHTEST_FIRST) == {"a": "block4", "b": "fp16", "c": "float"}
     assert mixed_plan.promote({"a": "float"}, {}, LIGHTEST_FIRST) is None
 
 
@@ -103,3 +113,4 @@ def test_bad_assignments_are_one_line_errors(setup):
         onnxlite.quantize(model, folder / "bad.onnx", "mixed", assign=["nope=int8"])
     with pytest.raises(UsageError, match="unknown scheme 'int3'"):
         onnxlite.quantize(model, folder / "bad.onnx", "mixed", assign=["A=int3"])
+

@@ -22,19 +22,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: bytes per weight each scheme stores (scales included, roughly), for planning sizes
-BYTES_PER_WEIGHT = {"block4": 0.5 + 4 / 32, "block8": 1 + 4 / 128, "int8": 1.0, "float": 4.0}
+BYTES_PER_WEIGHT = {"block4": 0.5 + 4 / 32, "block8": 1 + 4 / 128, "int8": 1.0, "fp16": 2.0, "float": 4.0}
 #: lightest first: the order a planner tries schemes in
-LIGHTEST_FIRST = ("block4", "block8", "int8", "float")
+LIGHTEST_FIRST = ("block4", "block8", "int8", "fp16", "float")
 
 
 def weighted_nodes(proto: Any) -> dict[str, set[str]]:
-    """Node names each scheme's strategy can take: MatMul with a constant 2-D weight (blocks), MatMul/Gemm (int8)."""
+    """Node names each scheme's strategy can take: MatMul with a constant 2-D weight (blocks), MatMul/Gemm (int8, fp16)."""
     inits = {i.name: len(i.dims) for i in proto.graph.initializer}
     blocks = {n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name and len(n.input) > 1
               and inits.get(n.input[1]) == 2}
     int8 = {n.name for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and n.name and len(n.input) > 1
             and n.input[1] in inits}
-    return {"block4": blocks, "block8": blocks, "int8": int8, "float": blocks | int8}
+    return {"block4": blocks, "block8": blocks, "int8": int8, "fp16": blocks | int8, "float": blocks | int8}
 
 
 #: plan for this share of the budget: the sum of single-node drops underestimates interactions
