@@ -85,6 +85,9 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated candidate names (default: all)")
     parser.add_argument("--workdir", default="minilm-other-domain-work")
     parser.add_argument("--json", help="write every figure to this file")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
+                        help="also score and time a model made elsewhere, such as a lighten winner "
+                             "(OUTDIR/model.onnx), as row NAME (repeatable)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -131,6 +134,12 @@ def main() -> None:
 
     models: dict[str, Path] = {"fp32 ONNX": fp32}
     notes: dict[str, str] = {}
+    for item in args.model:
+        name, eq, path = item.partition("=")
+        if not eq or not Path(path).is_file():
+            parser.error(f"--model {item}: expected NAME=PATH of an existing .onnx file")
+        models[name] = Path(path)
+        notes[name] = f"given: {path}"
     for name in wanted:
         strategy, options, calibrated = CANDIDATES[name]
         target = work / (name.replace(" ", "_").replace("=", "").replace("+", "").replace("(", "").replace(")", "")
