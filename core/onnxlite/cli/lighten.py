@@ -85,9 +85,13 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
     else:
         out = console()
         out.print(_table(result, out.width))
-        why = (result.evidence or {}).get("metric_why", {}).get(result.primary_metric)
-        if why:
-            out.print(f"judged by {result.primary_metric}: {why}", markup=False)
+        # every budgeted default says why it judges (a detector head's worst-slice budget beside cosine)
+        whys, judged = (result.evidence or {}).get("metric_why", {}), {}
+        for key in [result.primary_metric, *(k for k in result.budgets if k != result.primary_metric)]:
+            if whys.get(key):
+                judged.setdefault(whys[key], []).append(key)
+        for why, keys in judged.items():
+            out.print(f"judged by {' and '.join(keys)}: {why}", markup=False)
         for line in _reasons(result, out.width):
             out.print(f"- {line}", markup=False)
         out.print("")
