@@ -132,7 +132,7 @@ class Yolo(Task):
         return [{"images": x[i:i + 1]} for i in range(count)]
 
     def heldout(self):
-        return {"heldout": M.yolo_data("heldout", 12)}
+        return {"heldout": M.yolo_data("heldout", 12), "scanned2": M.yolo_data("heldout2", 8)}
 
     def answers(self, session, data):
         return [M.yolo_detections(session.run(None, {"images": data[i:i + 1]})[0][0]) for i in range(len(data))]

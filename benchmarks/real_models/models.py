@@ -433,11 +433,25 @@ def _letterbox(image, size: int = YOLO_SIZE) -> np.ndarray:
     return (np.asarray(canvas, dtype=np.float32) / 255.0).transpose(2, 0, 1)
 
 
+def _scanned(page, rng: np.random.Generator):
+    """A photocopy look for the second domain: tinted grey paper, slight blur, sensor noise."""
+    from PIL import Image, ImageFilter
+
+    tint = np.array([rng.uniform(0.80, 0.92), rng.uniform(0.78, 0.90), rng.uniform(0.70, 0.85)])
+    pixels = np.asarray(page.filter(ImageFilter.GaussianBlur(rng.uniform(0.6, 1.2))), dtype=np.float32) * tint
+    pixels += rng.normal(0, 8, pixels.shape)
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
 def yolo_data(split: str, count: int) -> np.ndarray:
+    """Letterboxed pages; ``heldout2`` (the second domain) are the same kind of pages, scanned."""
     rng = np.random.default_rng(_seed(split, 3))
     names = PHOTOS_CALIBRATION if split == "calibration" else PHOTOS_HELDOUT
     photos = [photo(n) for n in names]
-    return np.stack([_letterbox(_document_page(rng, split, photos)) for _ in range(count)])
+    pages = [_document_page(rng, split, photos) for _ in range(count)]
+    if split == "heldout2":
+        pages = [_scanned(p, rng) for p in pages]
+    return np.stack([_letterbox(p) for p in pages])
 
 
 def yolo_detections(output: np.ndarray, conf: float = 0.30, nms: float = 0.45):
