@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import onnxlite
 from onnxlite.errors import UsageError
 
 from conftest import run_cli
@@ -467,3 +468,27 @@ def test_cli_unreadable_and_missing_models_exit_2(tmp_path, models):
     assert len(proc.stderr.strip().splitlines()) == 1 and bad.read_bytes() == before
     proc = run_cli("bench", str(tmp_path / "missing.onnx"))
     assert proc.returncode == 2 and "missing.onnx" in proc.stderr
+
+
+def test_models_onnxruntime_runs_are_benched_though_onnx_checker_refuses_them(tmp_path):
+    """onnxruntime's transformer fusions write LayerNormalization into opset-13 graphs, and its float16
+    converter leaves Casts out of topological order: onnx's checker refuses both, onnxruntime runs both,
+    so bench (and lighten's benchmark of such candidates) must not refuse them.  A truly unknown
+    operator is still one line, exit 2 (tests/test_bad_input.py)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, name="ln")], "ln13",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [numpy_helper.from_array(np.ones(8, np.float32), "g"), numpy_helper.from_array(np.zeros(8, np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    path = tmp_path / "ln13.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(Exception, match="No Op registered for LayerNormalization"):
+        onnx.checker.check_model(str(path))
+    half = onnxlite.quantize(path, tmp_path / "half.onnx", strategy="fp16", keep_io_types=False)
+    result = onnxlite.bench([path, half.path], batch=2, runs=3, warmup=1)
+    assert [r.latency_ms["p50"] > 0 for r in result.rows] == [True, True]
