@@ -293,6 +293,11 @@ def test_pick_winner_treats_noise_level_latency_differences_as_ties():
     assert pick_winner([big_fast, small], objective="size").name == "small"
     # Nobody beats fp32: the smallest one within budget wins.
     assert pick_winner([big_fast, small], baseline_p50=250.0).name == "small"
+    # ... but one clearly slower than fp32 is not picked for its size while one as fast as fp32 is there
+    # (EfficientNet-Lite0: fp16 1.98x smaller at 0.63x the speed, dynamic 1.26x smaller at fp32's speed).
+    same_speed, slow_small = row("dynamic", 80, 99.0, 100.0), row("fp16", 50, 160.0, 162.0)
+    assert pick_winner([same_speed, slow_small], baseline_p50=100.0).name == "dynamic"
+    assert pick_winner([slow_small], baseline_p50=100.0).name == "fp16"   # the only one: still the answer
     # A tie on speed and on size (within 1%) goes to the more accurate one, whatever the objective.
     rough, exact = row("rough", 1000, 100.0, 101.0, drop=0.006), row("exact", 1004, 101.0, 102.0, drop=0.002)
     for objective in ("latency", "size"):

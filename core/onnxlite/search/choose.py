@@ -24,7 +24,8 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
     """Fastest within budget (p50 ties within 3% go to the smaller), or smallest with ``objective="size"``.
 
     When no candidate beats the float model's latency (``baseline_p50``) by more than the
-    tie margin, speed cannot decide and the smallest one wins.  Candidates that tie on
+    tie margin, speed cannot decide and the smallest one wins, among those not slower than
+    the float model beyond that margin (when there are any).  Candidates that tie on
     speed and on size (within 1%) are told apart by accuracy on the ``primary`` metric (the
     key that ranks: the budget's metric, or its continuous companion when the data cannot
     resolve the budget): overlapping confidence intervals tie, and then a candidate that
@@ -35,6 +36,11 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
         return None
     best = min(eligible, key=lambda r: r.p50)
     margin = latency_margin(best)
+    if objective == "latency" and deciding_objective(rows, objective, baseline_p50) == "size":
+        # Speed cannot decide, but it still vetoes: a model clearly slower than fp32 (fp16 on a CPU, at
+        # 0.63x on EfficientNet-Lite0) is not the answer to "fastest within budget" because it is smaller.
+        not_slower = [r for r in eligible if r.p50 <= baseline_p50 * (1 + margin)]
+        eligible = not_slower or eligible
     objective = deciding_objective(rows, objective, baseline_p50)
 
     def drop(row: CandidateRow) -> float:
