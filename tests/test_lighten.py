@@ -298,6 +298,8 @@ def test_pick_winner_treats_noise_level_latency_differences_as_ties():
     same_speed, slow_small = row("dynamic", 80, 99.0, 100.0), row("fp16", 50, 160.0, 162.0)
     assert pick_winner([same_speed, slow_small], baseline_p50=100.0).name == "dynamic"
     assert pick_winner([slow_small], baseline_p50=100.0).name == "fp16"   # the only one: still the answer
+    # A few percent slower than fp32 is noise, not a veto: the smaller one still wins.
+    assert pick_winner([same_speed, row("fp16", 50, 104.0, 105.0)], baseline_p50=100.0).name == "fp16"
     # A tie on speed and on size (within 1%) goes to the more accurate one, whatever the objective.
     rough, exact = row("rough", 1000, 100.0, 101.0, drop=0.006), row("exact", 1004, 101.0, 102.0, drop=0.002)
     for objective in ("latency", "size"):

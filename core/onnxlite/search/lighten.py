@@ -369,8 +369,8 @@ class _Search:
             self.notes.append(
                 f"speed did not decide: the fastest candidate ({fastest.name}, {_speed(base_p50, fastest.p50)} "
                 f"fp32) is within the latency noise margin ({latency_margin(fastest):.0%}: 3% or the measured "
-                "p90-p50 spread, whichever is larger), so the smallest one within budget and not slower "
-                "than fp32 won")
+                "p90-p50 spread, whichever is larger), so the smallest one within budget and not over 10% "
+                "slower than fp32 won")
         primary = self.judge.primary
         for row in self.rows:
             if row is winner:
