@@ -172,14 +172,17 @@ def zero_failure_samples(budget: float, confidence: float = DEFAULT_CONFIDENCE) 
 
     Exact: with no failures in n samples the one-sided upper bound is
     1 - (1 - confidence) ** (1 / n) (the "rule of three" for 95%: n ~ 3 / budget).
-    None when no finite sample can (budget 0).
+    None when no finite sample can (budget 0, or one so small that the count overflows).
     """
     confidence = _check_confidence(confidence)
     if budget <= 0:
         return None
     if budget >= 1:
         return 1
-    n = math.ceil(math.log(1.0 - confidence) / math.log1p(-budget))
+    ratio = math.log(1.0 - confidence) / math.log1p(-budget)
+    if not math.isfinite(ratio) or ratio > 1e15:   # a budget like 1e-308: no sample count proves it
+        return None
+    n = math.ceil(ratio)
     # guard the ceiling against rounding either way
     while n > 1 and 1.0 - (1.0 - confidence) ** (1.0 / (n - 1)) <= budget:
         n -= 1
@@ -284,7 +287,7 @@ def rate_resolution(samples: int, budget: float, confidence: float = DEFAULT_CON
     needed = zero_failure_samples(budget, confidence)
     if needed is None:
         return Resolution(False, samples, budget, confidence, worth, None,
-                          f"a budget of 0 cannot be proven on any finite number of {what}s")
+                          f"a budget of {budget:g} cannot be proven on any finite number of {what}s")
     if samples >= needed:
         return Resolution(True, samples, budget, confidence, worth, needed)
     if worth > budget:
