@@ -59,10 +59,12 @@ def test_other_kinds_keep_their_defaults_and_no_extra_budget():
     assert _kind("softmax_probs", frames) == "class sequence"
     assert _kind("features", features) == "tensor" and _kind("stateN", state) == "sequence"
     assert _kind("logits", logits) == "classification logits" and _kind("output", prob) == "scalar"
-    for outputs in ({"softmax_probs": frames}, {"features": features}, {"stateN": state}, {"logits": logits},
-                    {"output": prob}):
+    for outputs in ({"features": features}, {"stateN": state}, {"logits": logits}, {"output": prob}):
         metrics, budgets = _budgets(outputs)
         assert budgets == {choose_primary(metrics): 0.01}, outputs.keys()
+    # a class sequence's decoded strings are its answers: their agreement is budgeted too
+    metrics, budgets = _budgets({"softmax_probs": frames})
+    assert budgets == {choose_primary(metrics): 0.01, "softmax_probs.ctc_agreement": 0.03}
     # a dead (all-zero) channel is empty, not a small range
     dead = features.copy()
     dead[:, 2] = 0
@@ -121,3 +123,27 @@ def test_compare_rejects_per_tensor_head_that_cosine_passes_and_passes_per_chann
     assert good["passed"] is True
     assert good["metrics"]["head.slice_rel_error_max"] < 0.05
     assert bad["budgets"]["head.slice_rel_error_max"] == 0.5
+
+
+def test_a_ctc_output_whose_strings_change_fails_its_default_budget_while_cosine_passes():
+    """Issue 12: a recognizer's probabilities keep their cosine while decoded strings change."""
+    from onnxlite.evaluation.metrics import compute, drop
+
+    rng = np.random.default_rng(4)
+    batch, frames, classes = 40, 20, 30
+    labels = rng.integers(0, classes, (batch, frames))
+    reference = np.full((batch, frames, classes), 0.01, np.float32)
+    np.put_along_axis(reference, labels[..., None], 0.6, axis=2)
+    candidate = reference.copy()
+    for row in range(4):   # 4 of 40 strings (10%) change in one frame: a near-tie flips
+        frame = int(rng.integers(0, frames))
+        other = (labels[row, frame] + 1) % classes
+        candidate[row, frame, labels[row, frame]], candidate[row, frame, other] = 0.3, 0.31
+    metrics, budgets = _budgets({"softmax_probs": reference})
+    by_key = {m.key: m for m in metrics}
+    context = MetricContext(feeds={}, output="softmax_probs")
+    drops = {k: drop(m, compute(m, reference, reference, context), compute(m, reference, candidate, context))
+             for k, m in by_key.items() if k in budgets}
+    assert drops["softmax_probs.cosine_mean"] < budgets["softmax_probs.cosine_mean"], drops
+    assert drops["softmax_probs.ctc_agreement"] == pytest.approx(0.1)
+    assert drops["softmax_probs.ctc_agreement"] > budgets["softmax_probs.ctc_agreement"]
