@@ -183,11 +183,10 @@ class _Search:
             self.calibration_file = _write_calibration(self.data.calibration, self.work / "calibration.npz")
         elif self.data.held_out is None:
             from ..evaluation.judge import DEFAULT_SEQ
-            from .heldout import GENERATED_CALIBRATION, generated_calibration
+            from .heldout import generated_calibration
 
             self.generated_calibration = generated_calibration(self.specs, self.work / "generated_calibration.npz",
                                                                DEFAULT_SEQ)
-            self.generated_count = GENERATED_CALIBRATION
 
     def calibration_for(self, spec) -> Path | None:
         """The calibration file a strategy gets: the user's data, else generated samples if it may use them."""
@@ -250,11 +249,12 @@ class _Search:
                                                          provider=self.settings.provider)
         if self.generated_calibration is not None:
             from ..registry import get_registry
+            from .heldout import GENERATED_CALIBRATION
 
             on_generated = sorted({c.strategy for c in self.candidates
                                    if get_registry().get("quantizer", c.strategy).spec.needs_calibration})
             if on_generated:
-                self.notes.append(f"no data given: {', '.join(on_generated)} calibrated on {self.generated_count} "
+                self.notes.append(f"no data given: {', '.join(on_generated)} calibrated on {GENERATED_CALIBRATION} "
                                   "generated samples, none of them judged (its calibration only locates structure)")
                 self.emit("note", {"message": self.notes[-1]})
         if not self.candidates:
