@@ -13,6 +13,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def save_graph(graph, path: Path, opset: int = 17, ir_version: int = 8) -> Path:
+    """Wrap a hand-built ``onnx.GraphProto`` in a model at ``opset`` and write it to ``path``."""
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.save(model, str(path))
+    return Path(path)
+
+
 @pytest.fixture
 def fresh_plugins(monkeypatch):
     """Forget cached plugins before and after a test that changes the environment."""

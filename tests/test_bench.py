@@ -19,11 +19,10 @@ import pytest
 import onnxlite
 from onnxlite.errors import UsageError
 
-from conftest import run_cli
+from conftest import run_cli, save_graph
 
 
 def _mlp(path: Path, width: int, layers: int, seed: int = 0) -> Path:
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
@@ -38,15 +37,11 @@ def _mlp(path: Path, width: int, layers: int, seed: int = 0) -> Path:
     nodes.append(helper.make_node("Identity", [prev], ["y"]))
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path, ir_version=9)
 
 
 def _token_model(path: Path, vocab: int = 100, hidden: int = 32) -> Path:
     """A tiny "encoder": embedding lookup, masked mean over the sequence (dynamic batch and seq)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)
@@ -67,25 +62,18 @@ def _token_model(path: Path, vocab: int = 100, hidden: int = 32) -> Path:
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
          helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
         [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", hidden])], [emb, axes, last])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path, ir_version=9)
 
 
 def _fixed_batch_one(path: Path) -> Path:
     """Loads fine but cannot run a batch of 2: a Reshape to a fixed [1, 4]."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     shape = numpy_helper.from_array(np.array([1, 4], np.int64), "shape")
     graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "fixed",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [shape])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path, ir_version=9)
 
 
 @pytest.fixture(scope="module")
@@ -331,7 +319,6 @@ def _streaming(path: Path) -> Path:
     The state's update adds a projection of x, so the two must hold the same samples: a batch cut on
     axis 0 of the state (its 2) fails in onnxruntime instead of passing unnoticed.
     """
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -353,10 +340,7 @@ def _streaming(path: Path) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
                                helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, "batch", 8])],
                               inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path)
 
 
 def test_the_batch_is_read_on_each_inputs_own_sample_axis(tmp_path):

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from test_lighten_evidence import _misleading_model
 
 import onnxlite
+from conftest import save_graph
 from onnxlite.search import partial
 from onnxlite.search.partial import fallback_bases, rank_nodes, relative_errors
 from onnxlite.search.results import CandidateRow
@@ -55,10 +56,7 @@ def _chain(path: Path, k: int = 64) -> Path:
              helper.make_node("MatMul", ["h1", "w2"], ["y"], name="M2")]
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", k])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path)
 
 
 def test_activations_are_compared_a_memory_sized_batch_at_a_time(tmp_path, monkeypatch):

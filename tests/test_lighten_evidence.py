@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_mixed import fragile_model
 
 import onnxlite
+from conftest import save_graph
 from onnxlite.search.evidence import fallback_base, select_on_grids
 from onnxlite.search.results import CandidateRow
 
@@ -25,10 +25,7 @@ def _classifier(path: Path) -> Path:
              helper.make_node("MatMul", ["r", "w2"], ["logits"], name="fc2")]
     graph = helper.make_graph(nodes, "clf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path)
 
 
 def test_an_unresolvable_budget_is_announced_before_any_work(tmp_path):
@@ -135,10 +132,7 @@ def _misleading_model(path: Path) -> Path:
              helper.make_node("MatMul", ["s", "C_w"], ["y"], name="C")]
     graph = helper.make_graph(nodes, "misleading", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", k])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path)
 
 
 def test_a_direct_sweep_ranks_nodes_where_activation_matching_misleads(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
+from conftest import save_graph
 from onnxlite import mixed_plan
 from onnxlite.errors import UsageError
 from onnxlite.evaluation.judge import Judge
@@ -45,10 +46,7 @@ def fragile_model(path: Path, tiny_b: bool = True) -> Path:
              helper.make_node("MatMul", ["f", "C_w"], ["y"], name="C")]
     graph = helper.make_graph(nodes, "fragile", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, save_graph
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,6 @@ def test_compare_reports_fallback_per_candidate(models):
 
 def _fixed_size_model(path: Path) -> Path:
     """x[batch, 3, h, w] plus a [1, 3, 16, 16] constant: like a detector, it runs only at the size it was built for."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     bias = numpy_helper.from_array(np.ones((1, 3, 16, 16), np.float32), "bias")
@@ -175,10 +174,7 @@ def _fixed_size_model(path: Path) -> Path:
                                helper.make_node("Relu", ["a"], ["y"], name="relu")], "fixed",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, "h", "w"])], [bias])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path, ir_version=9)
 
 
 def test_placement_profiles_on_the_users_data_not_invented_sizes(tmp_path):
