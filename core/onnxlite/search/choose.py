@@ -42,12 +42,13 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
         return None
     best = min(eligible, key=lambda r: r.p50)
     margin = latency_margin(best)
-    if objective == "latency" and deciding_objective(rows, objective, baseline_p50) == "size":
+    decided = deciding_objective(rows, objective, baseline_p50)
+    if objective == "latency" and decided == "size":
         # Speed cannot decide, but it still vetoes: a model clearly slower than fp32 (fp16 on a CPU, at
         # 0.63x on EfficientNet-Lite0) is not the answer to "fastest within budget" because it is smaller.
         not_slower = [r for r in eligible if r.p50 <= baseline_p50 * (1 + max(margin, SLOWER_VETO))]
         eligible = not_slower or eligible
-    objective = deciding_objective(rows, objective, baseline_p50)
+    objective = decided
 
     def drop(row: CandidateRow) -> float:
         value = row.drops.get(primary) if primary else None
