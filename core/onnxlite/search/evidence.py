@@ -243,23 +243,6 @@ def probe_drop(result: Any, rank: str) -> float:
     return value if value is not None and math.isfinite(value) else math.inf
 
 
-def sweep_ranking(state: Any, base: Candidate, spec: Any, nodes: Sequence[str], workers: int | None,
-                  rank: str) -> list[dict[str, Any]]:
-    """Each node quantized alone (every other node of ``nodes`` kept float): the direct per-node sensitivity, worst first."""
-    from .candidates import Candidate, exclude_option, with_keep_float
-
-    option = exclude_option(spec)
-    probes = []
-    for node in nodes[:SWEEP_MAX_NODES]:
-        others = [n for n in nodes if n != node]
-        probe = with_keep_float(base, spec, others)
-        probes.append(Candidate(f"{base.name}[only {node}]", probe.strategy, dict(probe.options), probe.keep_float))
-    results = run_probes(state, probes, workers, f"sensitivity sweep of {base.name} ({option})")
-    ranked = [{"node": node, "drop": probe_drop(r, rank)} for node, r in zip(nodes, results)]
-    ranked.sort(key=lambda e: -e["drop"] if math.isfinite(e["drop"]) else -math.inf)
-    return ranked
-
-
 # -- mixed precision -----------------------------------------------------------------------------------
 
 def mixed_candidates_wanted(state: Any, strategies: Sequence[str] | None) -> tuple[bool, str]:
