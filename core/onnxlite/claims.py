@@ -16,6 +16,12 @@ weighted node of the input, looks for positive evidence that it was quantized:
 
 A node that vanished (fused into another operator) gives no evidence either
 way and is never called a lie.
+
+The file is not the whole story: at session start onnxruntime's
+``WeightBiasQuantization`` pass gives some float Conv / ConvTranspose / Gemm
+nodes of a QDQ model int8 weights (:func:`weight_bias_quantization_inputs` has
+its conditions).  Such a node reads float in the file yet runs quantized, so it
+is reported as ``requantized`` and a claim that it stayed float is a mismatch.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class ClaimCheck:
     unknown: tuple[str, ...]                      # gone from the output (fused): no evidence either way
     claimed_float_but_quantized: tuple[str, ...]  # the plugin said float; the model says quantized
     requested_float_but_quantized: tuple[str, ...]  # asked to stay float (exclude=...), yet quantized
+    requantized: tuple[str, ...] = ()             # float in the file, int8 weights once onnxruntime loads it
 
     @property
     def ok(self) -> bool:
@@ -50,12 +57,16 @@ class ClaimCheck:
     def message(self, strategy: str) -> str:
         """One line naming what does not match ('' when everything does)."""
         parts = []
-        if self.claimed_float_but_quantized:
-            parts.append(f"reported {_names(self.claimed_float_but_quantized)} as kept in float, "
-                         "but the written model has them quantized")
-        if self.requested_float_but_quantized:
-            parts.append(f"was asked to keep {_names(self.requested_float_but_quantized)} in float, "
-                         "but the written model has them quantized")
+        for nodes, said in ((self.claimed_float_but_quantized, "reported {} as kept in float"),
+                            (self.requested_float_but_quantized, "was asked to keep {} in float")):
+            written = [n for n in nodes if n not in self.requantized]
+            later = [n for n in nodes if n in self.requantized]
+            if written:
+                parts.append(said.format(_names(written)) + ", but the written model has them quantized")
+            if later:
+                parts.append(said.format(_names(later)) + ", but onnxruntime re-quantizes them at session start "
+                             "(WeightBiasQuantization: per-tensor int8 weights for a float Conv/Gemm between "
+                             "DequantizeLinear and QuantizeLinear)")
         if not parts:
             return ""
         return f"strategy {strategy!r} " + "; and ".join(parts)
@@ -63,7 +74,8 @@ class ClaimCheck:
     def to_dict(self) -> dict[str, Any]:
         return {"quantized": len(self.quantized), "kept_float": len(self.kept_float), "unknown": len(self.unknown),
                 "claimed_float_but_quantized": list(self.claimed_float_but_quantized),
-                "requested_float_but_quantized": list(self.requested_float_but_quantized)}
+                "requested_float_but_quantized": list(self.requested_float_but_quantized),
+                "requantized": list(self.requantized)}
 
 
 def _names(nodes: Sequence[str], limit: int = 4) -> str:
@@ -71,8 +83,11 @@ def _names(nodes: Sequence[str], limit: int = 4) -> str:
     return f"{len(nodes)} node(s) ({shown}{', ...' if len(nodes) > limit else ''})"
 
 
-def node_states(source: onnx.ModelProto, output: onnx.ModelProto) -> dict[str, bool | None]:
-    """Each weighted node of ``source``: True (quantized), False (still float), None (gone: fused or renamed)."""
+def node_states(source: onnx.ModelProto, output: onnx.ModelProto, at_runtime: bool = False) -> dict[str, bool | None]:
+    """Each weighted node of ``source``: True (quantized), False (still float), None (gone: fused or renamed).
+
+    ``at_runtime``: also True for a node float in the file that onnxruntime re-quantizes at session start.
+    """
     from onnx import TensorProto
 
     inits = {i.name: i.data_type for i in source.graph.initializer}
@@ -108,6 +123,8 @@ def node_states(source: onnx.ModelProto, output: onnx.ModelProto) -> dict[str, b
             # the weight was swapped for another tensor: look at what feeds it now
             converted = any(out_inits.get(i) not in (None, *floats) for i in same.input)
         states[node.name] = converted
+    if at_runtime:
+        states.update({name: True for name in weight_bias_quantization_inputs(output) if states.get(name) is False})
     return states
 
 
@@ -116,12 +133,90 @@ def check_claims(source: onnx.ModelProto, output: onnx.ModelProto, claimed_float
     """Compare what the plugin claimed (``claimed_float``) and what was asked (``requested_float``) with the model."""
     states = node_states(source, output)
     quantized = tuple(n for n, s in states.items() if s is True)
-    kept = tuple(n for n, s in states.items() if s is False)
+    later = set(weight_bias_quantization_inputs(output))
+    requantized = tuple(n for n, s in states.items() if s is False and n in later)
+    kept = tuple(n for n, s in states.items() if s is False and n not in later)
     unknown = tuple(n for n, s in states.items() if s is None)
-    hit = set(quantized)
+    hit = set(quantized) | set(requantized)
     claimed = tuple(dict.fromkeys(n for n in claimed_float if n in hit))
     requested = tuple(dict.fromkeys(n for n in requested_float if n in hit and n not in claimed))
-    return ClaimCheck(quantized, kept, unknown, claimed, requested)
+    return ClaimCheck(quantized, kept, unknown, claimed, requested, requantized)
+
+
+def weight_bias_quantization_inputs(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    """The float nodes onnxruntime's ``WeightBiasQuantization`` gives int8 weights, each with its input's DQ node.
+
+    onnxruntime 1.32 (``core/optimizer/qdq_transformer/weight_bias_quantization.cc``) runs this pass at
+    graph optimisation level 1 (basic, so every default session) on every execution provider, unless
+    ``session.disable_quant_qdq`` is set or the session disables it by name.  It rewrites a node when:
+
+    - it is a Conv, ConvTranspose or Gemm;
+    - its input 0 comes from a DequantizeLinear whose scale is a scalar (per tensor; a per-axis scale,
+      even with equal values, is left alone);
+    - its one output goes, without branching, through any Relu / Clip to a QuantizeLinear;
+    - its weight is a float32 initializer (a weight already behind a DequantizeLinear only gets its bias
+      quantized: that node is quantized in the file already);
+    - its bias, if any, is a 1-D initializer (anything else: the node is skipped).
+
+    The weight then becomes symmetric per-tensor int8 (Q/DQ inserted) and the bias int32.  Identity nodes
+    are seen through (level 1 removes them first); other rewrites that run before it (QDQ propagation
+    through Reshape or Transpose, say) are not modelled.  ``tests/test_requantize.py`` checks this rule
+    against onnxruntime's own optimised model.
+    """
+    from onnx import TensorProto
+
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    shapes = {i.name: (tuple(i.dims), i.data_type) for i in graph.initializer}
+    for node in graph.node:     # a Constant node is an initializer once onnxruntime has loaded the model
+        if node.op_type == "Constant" and node.output and node.attribute and node.attribute[0].name == "value":
+            t = node.attribute[0].t
+            shapes[node.output[0]] = (tuple(t.dims), t.data_type)
+    produced_by = {o: n for n in graph.node for o in n.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def source_of(name: str) -> onnx.NodeProto | None:
+        node = produced_by.get(name)
+        while node is not None and node.op_type == "Identity" and node.input:
+            node = produced_by.get(node.input[0])
+        return node
+
+    def reaches_quantize(name: str) -> bool:
+        while True:
+            users = consumers.get(name, [])
+            if len(users) != 1:
+                return False
+            user = users[0]
+            if user.op_type == "Identity" and user.output[0] not in outputs:
+                name = user.output[0]
+                continue
+            if user.op_type == "QuantizeLinear":
+                return True
+            if user.op_type not in ("Relu", "Clip") or len(user.output) != 1:
+                return False
+            name = user.output[0]
+
+    found: dict[str, onnx.NodeProto] = {}
+    for node in graph.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 2 or len(node.output) != 1:
+            continue
+        dq = source_of(node.input[0])
+        if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 2 \
+                or shapes.get(dq.input[1], ((0,), None))[0] not in ((), (1,)):
+            continue
+        if not reaches_quantize(node.output[0]):
+            continue
+        weight = shapes.get(node.input[1])
+        if weight is None or weight[1] != TensorProto.FLOAT:
+            continue        # behind a DequantizeLinear (quantized already) or not a float32 constant
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if bias is not None and (bias not in shapes or len(shapes[bias][0]) != 1):
+            continue
+        found[node.name] = dq
+    return found
 
 
 def requested_float_nodes(source: onnx.ModelProto, patterns: Sequence[str]) -> list[str]:
