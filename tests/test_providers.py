@@ -216,3 +216,54 @@ def test_placement_cuts_the_users_batch_on_each_inputs_sample_axis(tmp_path):
     report = placement_report(model, SessionSettings(provider="cpu"), feeds=first, runs=1)
     assert report.nodes and report.fallback == ()
     assert first_samples(feeds, 4, {"state": 1, "sr": None})["state"].shape == (2, 4, 8)
+
+
+needs_openvino = pytest.mark.skipif(
+    "OpenVINOExecutionProvider" not in __import__("onnxruntime").get_available_providers(),
+    reason="this onnxruntime build has no OpenVINO EP (CI's second-provider job runs this file with it)")
+
+
+def _state_on_axis_one_by_the_users_word(path: Path) -> Path:
+    """x[batch, 16] and a state whose dims say nothing of its batch (["layers", "frames", 8]: read as axis 0).
+
+    Only the user's ``--input state:float32[2,batch,8]`` says the samples are on its axis 1; the state's
+    update adds a projection of x, so a cut on axis 0 fails in onnxruntime.  OpenVINO leaves ``Hardmax`` to
+    the CPU (onnxruntime-openvino 1.24), so every benchmarked row has a fallback to report.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="fc"),
+             helper.make_node("Hardmax", ["m"], ["y"], name="hardmax"),
+             helper.make_node("MatMul", ["x", "w2"], ["p"], name="proj"),
+             helper.make_node("Unsqueeze", ["p", "axis0"], ["p1"], name="lift"),
+             helper.make_node("Add", ["state", "p1"], ["state_out"], name="update")]
+    graph = helper.make_graph(nodes, "stream",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
+                               helper.make_tensor_value_info("state", TensorProto.FLOAT, ["layers", "frames", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32]),
+                               helper.make_tensor_value_info("state_out", TensorProto.FLOAT,
+                                                             ["layers", "frames", 8])], inits)
+    return save_graph(graph, path)
+
+
+@needs_openvino
+def test_lighten_profiles_the_fallback_on_the_judges_sample_axes(tmp_path):
+    """lighten's fallback report cut the judge's samples on the model's own axes (state axis 0, by its dims),
+    not on the judge's (axis 1, from --input): the profile failed and no row said what fell back."""
+    import onnxlite
+    from onnxlite.inputs import batch_axes, parse_input_spec, specs_from_onnx
+    from onnxlite.runtime import SessionSettings
+
+    model = _state_on_axis_one_by_the_users_word(tmp_path / "stream.onnx")
+    assert batch_axes(specs_from_onnx(model))["state"] == 0   # what the report fell back to
+    inputs = [parse_input_spec("x:float32[batch,16]"), parse_input_spec("state:float32[2,batch,8]")]
+    result = onnxlite.lighten(model, tmp_path / "out", inputs=inputs, settings=SessionSettings(provider="openvino"),
+                              strategies=["dynamic"], max_drop="50%", batch=4, runs=3, partial=False)
+    benchmarked = [r for r in result.candidates if r.latency_ms is not None]
+    assert benchmarked, [(r.name, r.status, r.reason) for r in result.candidates]
+    for row in benchmarked:
+        assert "ran on the CPU instead of OpenVINOExecutionProvider" in row.reason, (row.name, row.reason)

@@ -382,7 +382,8 @@ class _Search:
                 mine, theirs = row.drops.get(primary), winner.drops.get(primary)
                 if mine is not None and theirs is not None and mine > theirs:
                     row.reason += f"; its {primary} drop is larger ({mine:.4g} vs {theirs:.4g})"
-        placement.report_fallback(self.rows, self.settings, self.judge.feeds, getattr(self, "bench_batch", None))
+        placement.report_fallback(self.rows, self.settings, self.judge.feeds, getattr(self, "bench_batch", None),
+                                  axes=self.judge.batch_axes)
         if winner is not None:
             drop = winner.drops.get(primary, float("nan"))
             message = (f"winner: {winner.name}: {_ratio(self.baseline.size_bytes, winner.size_bytes)}, "
