@@ -283,3 +283,49 @@ def test_the_table_says_what_the_smoke_check_ran_on(tmp_path):
     generated = run_cli("quantize", str(make_mlp(tmp_path / "mlp.onnx", k=32)), "-o", str(tmp_path / "d.onnx"))
     assert generated.returncode == 0, generated.stderr
     assert "ran on a generated, padded batch of 2" in generated.stdout and "--calibration" not in generated.stdout
+
+
+def test_the_smoke_check_of_a_strategy_that_does_not_calibrate_runs_on_the_given_calibration(tmp_path):
+    """dynamic ignores --calibration, and so did its smoke check: it ran on generated samples (a fixed-size
+    graph was not checked at all) and the table said so.  Now it runs on the first samples given."""
+    from test_real_model_causes import _calibration, _fixed_size_detector
+
+    model = _fixed_size_detector(tmp_path / "det.onnx")   # runs only on 16x16 images; generated ones are 8x8
+    data = _calibration(tmp_path / "images.npz", (6, 3, 16, 16))
+    done = run_cli("quantize", str(model), "-o", str(tmp_path / "d.onnx"), "--calibration", str(data))
+    assert done.returncode == 0, done.stderr
+    assert "ran on the first 2 samples of --calibration" in done.stdout and "padded" not in done.stdout
+    assert "does not use calibration data; the smoke check runs on the first samples of" in done.stderr
+    as_json = run_cli("quantize", str(model), "-o", str(tmp_path / "d2.onnx"), "--calibration", str(data), "--json")
+    check = json.loads(as_json.stdout)["details"]["check"]
+    assert check["ran"] and check["samples"] == "user data" and check["batch"] == 2
+    # without --calibration the same graph fails on generated samples: the check is skipped, as before
+    warnings: list[str] = []
+    plain = onnxlite.quantize(model, tmp_path / "d3.onnx", "dynamic", on_warning=warnings.append)
+    assert plain.details["check"]["ran"] is False and any("generated samples" in w for w in warnings), warnings
+    # --no-check: the data serves nothing, and the warning says it is ignored
+    unchecked = run_cli("quantize", str(model), "-o", str(tmp_path / "d4.onnx"), "--calibration", str(data),
+                        "--no-check")
+    assert unchecked.returncode == 0 and "ignoring" in unchecked.stderr
+
+
+def test_the_smoke_check_cuts_each_input_on_its_own_sample_axis(tmp_path, monkeypatch):
+    """A state [2, batch, 8] holds its samples on axis 1: the check takes the first ones there, and counts
+    them there (the count read axis 0 of whichever input came first: the state's 2)."""
+    import onnxlite.quantization.run as run
+    from test_bench import _streaming
+
+    model = _streaming(tmp_path / "stream.onnx")
+    rng = np.random.default_rng(0)
+    feeds = {"state": rng.standard_normal((2, 6, 8)).astype(np.float32),
+             "x": rng.standard_normal((6, 16)).astype(np.float32), "sr": np.array(16000, np.int64)}
+    data = tmp_path / "stream.npz"
+    np.savez(data, **feeds)
+    monkeypatch.setattr(run, "CHECK_SAMPLES", 3)
+    for given in (str(data), feeds):   # a data path, and feeds from a Python caller
+        result = onnxlite.quantize(model, tmp_path / "q.onnx", "dynamic", calibration=given, force=True)
+        check = result.details["check"]
+        assert check["ran"] and check["samples"] == "user data" and check["batch"] == 3, check
+    first = run._check_samples(feeds, onnx.load(str(model)))
+    assert first["state"].shape == (2, 3, 8) and first["x"].shape == (3, 16) and first["sr"].shape == ()
+    np.testing.assert_array_equal(first["state"], feeds["state"][:, :3])

@@ -141,8 +141,7 @@ def _load_calibration(spec: QuantizerSpec, model: Path, proto: onnx.ModelProto, 
                              "(see docs/calibration.md for the formats)")
         return None
     if not spec.needs_calibration:
-        warn(f"strategy {spec.name!r} does not use calibration data; ignoring {calibration}")
-        return None
+        return None   # run_quantize says what it is used for: the smoke check's samples, or nothing
     if not isinstance(calibration, (str, os.PathLike)):
         return calibration  # already feeds or a Dataset, from Python callers
     from ..data import load_data
@@ -223,29 +222,36 @@ def _normalize_copy(given: Path, spec: QuantizerSpec, values: Mapping[str, Any],
 CHECK_SAMPLES = 2
 
 
-def _load_check_data(data: Any, proto: onnx.ModelProto) -> Any:
+def _load_check_data(data: Any, proto: onnx.ModelProto, options: Mapping[str, Any] | None = None) -> Any:
     if not isinstance(data, (str, os.PathLike)):
         return data
     from ..data import load_data
     from ..inputs import specs_from_onnx
 
-    return load_data(data, specs_from_onnx(proto))
+    return load_data(data, specs_from_onnx(proto), dict(options or {}))
 
 
 def _check_samples(feeds: Any, proto: onnx.ModelProto) -> dict[str, np.ndarray] | None:
     """The first samples of the calibration data as one feed dict, or None (the check generates samples).
 
-    As many as the model takes at once: a fixed batch axis (an Ultralytics export's 1) sets the count.
+    At most :data:`CHECK_SAMPLES`, and no more than the model takes at once: a fixed batch axis (an
+    Ultralytics export's 1) sets the count.  Each input is cut on its own sample axis (a state
+    ``[2, batch, 8]`` on axis 1), the Dataset's, else the model's.
     """
     if feeds is None:
         return None
-    from ..inputs import specs_from_onnx
+    from ..data.dataset import take_rows
+    from ..inputs import batch_axes, specs_from_onnx
 
-    fixed = [s.shape[0] for s in specs_from_onnx(proto) if s.shape and isinstance(s.shape[0], int)]
+    specs = specs_from_onnx(proto)
+    fixed = [s.shape[s.batch_axis] for s in specs
+             if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
+    count = min([CHECK_SAMPLES, *fixed])
     dataset = getattr(feeds, "dataset", feeds)
+    if isinstance(dataset, Mapping):   # feeds from a Python caller: cut on the model's sample axes
+        return take_rows(dataset, 0, count, batch_axes(specs)) if dataset else None
     try:
-        batches = dataset.batches(min([CHECK_SAMPLES, *fixed]))
-        return next(iter(batches))
+        return next(iter(dataset.batches(count)))
     except (AttributeError, StopIteration, TypeError):
         return None
 
@@ -287,6 +293,14 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
             on_warning(message)
 
     feeds = _load_calibration(spec, source, proto, calibration, calibration_options, warn)
+    if calibration is not None and not spec.needs_calibration:
+        if check and check_data is None:
+            # the user's samples have the sizes the model takes; generated ones may not
+            check_data = _load_check_data(calibration, proto, calibration_options)
+            warn(f"strategy {spec.name!r} does not use calibration data; the smoke check runs on the first "
+                 f"samples of {calibration}")
+        else:
+            warn(f"strategy {spec.name!r} does not use calibration data; ignoring {calibration}")
     quantizer = entry.create()
     had_external = bool(external_data_files(source))
     size_before = model_size(source)

@@ -32,6 +32,14 @@ def _sample_feeds(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
     return make_feeds(specs_from_onnx(proto), batch=2, seq=8, seed=0, pad=True)
 
 
+def _samples_in(feeds: dict[str, np.ndarray], proto: onnx.ModelProto) -> int:
+    """How many samples ``feeds`` hold, counted on each input's own sample axis (a state's axis 1, not its 2)."""
+    from ..data.dataset import count_rows
+    from ..inputs import batch_axes, specs_from_onnx
+
+    return count_rows(feeds, batch_axes(specs_from_onnx(proto)))
+
+
 def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callable[[str], None],
                 source_proto: onnx.ModelProto | None = None,
                 samples: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
@@ -55,7 +63,8 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
     options.log_severity_level = 3
     reference_session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
     generated = samples is None
-    feeds = _sample_feeds(source_proto or load_model(source, load_external_data=False)) if generated else samples
+    proto = source_proto or load_model(source, load_external_data=False)
+    feeds = _sample_feeds(proto) if generated else samples
     try:
         session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
@@ -74,8 +83,7 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
         warn(f"smoke check skipped: {reason}; give calibration data (or check data) of the sizes it takes")
         return {"ran": False, "reason": reason}
     candidate = run_session(session, feeds)
-    first = next(iter(feeds.values()), None)
-    result: dict[str, Any] = {"ran": True, "batch": int(first.shape[0]) if getattr(first, "ndim", 0) else 1,
+    result: dict[str, Any] = {"ran": True, "batch": _samples_in(feeds, proto),
                               "padded": generated, "samples": "generated" if generated else "user data",
                               "outputs": {}}
     lost = [name for name in reference if name not in candidate]
