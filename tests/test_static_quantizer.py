@@ -235,3 +235,86 @@ def test_reader_strides_read_each_batch_once(tmp_path):
         seen += [f["x"][:, 0].tolist() for f in iter(reader.get_next, None)]
     assert [v for batch in seen for v in batch] == list(range(25))
     assert reader.samples_seen == 25
+
+
+class DepthwiseNet(torch.nn.Module):
+    """conv -> depthwise conv -> conv: the depthwise one is what an exclusion keeps in float (EfficientNet-like)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.depthwise = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.project = torch.nn.Conv2d(8, 8, 1)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = torch.relu(self.depthwise(x))
+        return self.head(torch.relu(self.project(x)).mean((2, 3)))
+
+
+def _depthwise_model(folder, opset):
+    torch.manual_seed(0)
+    path = folder / f"depthwise{opset}.onnx"
+    torch.onnx.export(DepthwiseNet().eval(), (torch.rand(2, 1, 8, 8),), str(path), input_names=["pixels"],
+                      output_names=["logits"], dynamic_axes={"pixels": {0: "batch"}, "logits": {0: "batch"}},
+                      opset_version=opset, dynamo=False)
+    return path
+
+
+def _session(path, tmp_path, disabled=()):
+    """A default session, and the optimised graph it runs (basic level: where WeightBiasQuantization runs)."""
+    import onnx
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=list(disabled))
+    return session, onnx.load(options.optimized_model_filepath)
+
+
+def _runs_float(optimized, name):
+    """Whether ``name`` still reads a float initializer as its weight once onnxruntime has optimised the graph."""
+    node = next(n for n in optimized.graph.node if n.name == name)
+    return any(i.name == node.input[1] and i.data_type == 1 for i in optimized.graph.initializer)
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_an_excluded_conv_between_quantized_ones_runs_in_float(tmp_path, fmt):
+    """onnxruntime's WeightBiasQuantization would give it per-tensor int8 weights at session start; static's own
+    per-axis input DequantizeLinear (same values) keeps it float, and the result is what the pass-free session gives."""
+    from onnxlite.claims import weight_bias_quantization_inputs
+    from onnxlite.modelio import load_model
+
+    model = _depthwise_model(tmp_path, 17)
+    rng = np.random.default_rng(0)
+    images = rng.random((48, 1, 8, 8), dtype=np.float32)
+    output = tmp_path / "dw.onnx"
+    outcome, warnings = _quantize(model, output, {"exclude": ("*depthwise*",), "format": fmt},
+                                  [{"pixels": images[:32]}])
+    (conv,) = outcome.excluded_nodes
+    assert outcome.details["float_input_dequantize"] == [conv] and not warnings
+    written = load_model(output)
+    assert not weight_bias_quantization_inputs(written)
+    session, optimized = _session(output, tmp_path)
+    assert _runs_float(optimized, conv)
+    reference, _ = _session(output, tmp_path, disabled=["WeightBiasQuantization"])
+    held_out = {"pixels": images[32:]}
+    np.testing.assert_allclose(session.run(None, held_out)[0], reference.run(None, held_out)[0], rtol=0, atol=1e-6)
+
+
+def test_an_exclusion_onnxruntime_would_undo_is_not_reported_as_float(tmp_path):
+    """Opset 12 has no per-axis DequantizeLinear, so static cannot protect the conv: it says so and does not
+    claim it float (and onnxruntime indeed gives it int8 weights)."""
+    model = _depthwise_model(tmp_path, 12)
+    images = np.random.default_rng(1).random((16, 1, 8, 8), dtype=np.float32)
+    output = tmp_path / "dw12.onnx"
+    outcome, warnings = _quantize(model, output, {"exclude": ("*depthwise*",), "per_channel": False},
+                                  [{"pixels": images}])
+    assert outcome.excluded_nodes == []
+    (warning,) = [w for w in warnings if "WeightBiasQuantization" in w]
+    assert "depthwise" in warning and "not kept in float" in warning
+    _, optimized = _session(output, tmp_path)
+    name = next(n.name for n in optimized.graph.node if "depthwise" in n.name and n.op_type == "Conv")
+    assert not _runs_float(optimized, name)

@@ -84,6 +84,87 @@ def _memory_bound(prepared_proto: Any, calibration: Any, batch_size: int, chunk:
               "limited": fits < max(batch_size, chunk)}
     return min(batch_size, fits), min(chunk, fits), record
 
+def _input_channels(node: Any, inits: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(axis, size) of the channel axis of ``node``'s input 0, read from its weight's shape."""
+    weight = inits.get(node.input[1])
+    if weight is None or len(weight.dims) < 2:
+        return None
+    attrs = {a.name: a.i for a in node.attribute}
+    if node.op_type == "Conv":
+        return 1, int(weight.dims[1]) * int(attrs.get("group", 1))
+    if node.op_type == "ConvTranspose":
+        return 1, int(weight.dims[0])
+    return (0 if attrs.get("transA") else 1), int(weight.dims[1] if attrs.get("transB") else weight.dims[0])
+
+
+def keep_excluded_float(path: Path, excluded: list[str]) -> tuple[list[str], list[str]]:
+    """Rewrite ``path`` so that onnxruntime does not quantize the excluded nodes at session start.
+
+    quantize_static leaves an excluded Conv / ConvTranspose / Gemm in float, but when it sits between a
+    DequantizeLinear and a QuantizeLinear (an excluded depthwise conv inside a quantized network),
+    onnxruntime's WeightBiasQuantization pass gives it per-tensor int8 weights when the session starts
+    (the conditions: :func:`onnxlite.claims.weight_bias_quantization_inputs`).  That pass only takes a
+    per-tensor input DequantizeLinear, so the node gets its own DequantizeLinear with the same scale and
+    zero point repeated along the channel axis: the same values, and the pass leaves the node alone.
+    Reading the float tensor before the Q instead would be unsound: QDQ drops a Relu/Clip after a
+    quantized node and lets the Q's range clip, so that tensor is not the activation.  The producer's Q
+    stays, so it still fuses.  Returns (nodes rewritten, nodes that could not be).
+    """
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from onnxlite.claims import weight_bias_quantization_inputs
+
+    proto = onnx.load(str(path))
+    targets = weight_bias_quantization_inputs(proto)
+    wanted = [n for n in excluded if n in targets]
+    if not wanted:
+        return [], []
+    graph = proto.graph
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    inits = {i.name: i for i in graph.initializer}
+    by_name = {n.name: n for n in graph.node}
+    added: dict[str, Any] = {}      # float node name -> its own DequantizeLinear, placed just before it
+    left = []
+    for name in wanted:
+        node, dq = by_name[name], targets[name]
+        channels = _input_channels(node, inits)
+        zero = dq.input[2] if len(dq.input) > 2 and dq.input[2] else None
+        if (opset < 13 and dq.domain in ("", "ai.onnx")) or channels is None or dq.input[1] not in inits \
+                or (zero is not None and zero not in inits):
+            left.append(name)       # per-axis DequantizeLinear needs opset 13 and constant parameters
+            continue
+        axis, size = channels
+        ins = [dq.input[0]]
+        for tensor, tag in ((dq.input[1], "scale"), (zero, "zero_point")):
+            if tensor is None:
+                continue
+            value = numpy_helper.to_array(inits[tensor]).reshape(-1)[:1]
+            graph.initializer.append(numpy_helper.from_array(np.repeat(value, size), f"{name}_float_input_{tag}"))
+            ins.append(f"{name}_float_input_{tag}")
+        added[name] = helper.make_node("DequantizeLinear", ins, [f"{name}_float_input"],
+                                       name=f"{name}_float_input_DequantizeLinear", domain=dq.domain, axis=axis)
+        node.input[0] = f"{name}_float_input"
+    if added:
+        nodes = [m for n in graph.node for m in ((added[n.name], n) if n.name in added else (n,))]
+        # drop what now feeds nothing (the old DequantizeLinear, an Identity after it)
+        outputs = {o.name for o in graph.output}
+        while True:
+            used = {i for n in nodes for i in n.input} | outputs
+            dead = [n for n in nodes if n.op_type in ("DequantizeLinear", "Identity")
+                    and not any(o in used for o in n.output)]
+            if not dead:
+                break
+            nodes = [n for n in nodes if n not in dead]
+        del graph.node[:]
+        graph.node.extend(nodes)
+        onnx.save(proto, str(path))
+        still = weight_bias_quantization_inputs(proto)
+        left += [n for n in added if n in still]
+    return [n for n in added if n not in left], left
+
+
 OPTIONS = (
     Option("format", str, "QDQ", "QDQ (Quantize/DequantizeLinear pairs, fastest on CPU) or QOperator "
            "(QLinearConv and friends)", choices=("QDQ", "QOperator")),
@@ -209,6 +290,14 @@ class StaticQuantizer:
                 raise OnnxliteError(f"static: quantize_static failed ({type(exc).__name__}: "
                                     f"{one_line(exc, 300)})") from exc
 
+            rewritten, requantized = keep_excluded_float(quantized, excluded) if excluded else ([], [])
+            if requantized:
+                # not float where it runs: say so, and do not report them as excluded
+                excluded = [n for n in excluded if n not in requantized]
+                context.warn(f"static: onnxruntime re-quantizes {len(requantized)} excluded node(s) at session start "
+                             f"(WeightBiasQuantization), so they are not kept in float: {', '.join(requantized[:4])}"
+                             f"{', ...' if len(requantized) > 4 else ''}")
+
             from onnxlite.modelio import publish_model
 
             publish_model(quantized, output)
@@ -220,6 +309,8 @@ class StaticQuantizer:
             "calibration_samples": reader.samples_seen,
             "calibration_batch_size": batch_size,
             "calibration_memory": memory,
+            # excluded nodes given their own per-axis input DequantizeLinear, so onnxruntime keeps them float
+            "float_input_dequantize": rewritten,
         }
         if method == "Percentile":
             outcome.details["percentile"] = float(opts["percentile"])
