@@ -467,10 +467,8 @@ def test_models_onnxruntime_runs_are_benched_though_onnx_checker_refuses_them(tm
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
         [numpy_helper.from_array(np.ones(8, np.float32), "g"), numpy_helper.from_array(np.zeros(8, np.float32), "b")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
     path = tmp_path / "ln13.onnx"
-    onnx.save(model, str(path))
+    save_graph(graph, path, opset=13, ir_version=7)
     with pytest.raises(Exception, match="No Op registered for LayerNormalization"):
         onnx.checker.check_model(str(path))
     half = onnxlite.quantize(path, tmp_path / "half.onnx", strategy="fp16", keep_io_types=False)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import make_plugin_dist
+from conftest import make_plugin_dist, save_graph
 from onnxlite.search.candidates import build_candidates
 
 
@@ -21,9 +20,7 @@ def linear_model(path, op: str):
     graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
                               [numpy_helper.from_array(w, "W")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
+    save_graph(graph, path, ir_version=9)
     return path
 
 

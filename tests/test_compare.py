@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import make_plugin_dist, run_cli
+from conftest import make_plugin_dist, run_cli, save_graph
 
 
 def _mlp_onnx(path: Path, weights: list[np.ndarray], biases: list[np.ndarray]) -> Path:
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     inits, nodes, current = [], [], "x"
@@ -28,9 +27,7 @@ def _mlp_onnx(path: Path, weights: list[np.ndarray], biases: list[np.ndarray]) -
     graph = helper.make_graph(nodes, "digits",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", weights[0].shape[0]])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
+    save_graph(graph, path, ir_version=9)
     return path
 
 
@@ -369,7 +366,6 @@ def test_metric_plugin_from_a_distribution_is_discovered_and_used(digits, tmp_pa
 
 def test_generated_ids_stay_inside_a_small_vocabulary(tmp_path):
     """Ids for an ONNX model come from its embedding table's size, for every command that generates inputs."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     import onnxlite
@@ -381,10 +377,8 @@ def test_generated_ids_stay_inside_a_small_vocabulary(tmp_path):
          helper.make_node("ReduceMean", ["h"], ["y"], keepdims=0, axes=[1])], "embed",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [numpy_helper.from_array(table, "E")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 9
     path = tmp_path / "embed.onnx"
-    onnx.save(model, str(path))
+    save_graph(graph, path, opset=13, ir_version=9)
     assert specs_from_onnx(path)[0].value_range == (0, 50)
     result = onnxlite.compare(str(path), [str(path)], samples=64)   # default ids would reach 99
     assert result.candidates[0].metrics and all(np.isfinite(v) for v in result.candidates[0].metrics.values())
@@ -393,7 +387,6 @@ def test_generated_ids_stay_inside_a_small_vocabulary(tmp_path):
 
 def test_an_fp16_model_with_float16_inputs_takes_the_same_samples(tmp_path):
     """float32 data goes to float16 inputs as float16, in compare as in quantize's own smoke check."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     import onnxlite
@@ -403,10 +396,8 @@ def test_an_fp16_model_with_float16_inputs_takes_the_same_samples(tmp_path):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
                               [numpy_helper.from_array(w, "W")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
     path = tmp_path / "mlp.onnx"
-    onnx.save(model, str(path))
+    save_graph(graph, path, ir_version=9)
     half = onnxlite.quantize(path, tmp_path / "half.onnx", strategy="fp16", keep_io_types=False)
     assert half.details["check"]["ran"]
     result = onnxlite.compare(str(path), [str(half.path)], max_drop="1%")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, save_graph
 
 EXAMPLE = ROOT / "examples" / "onnxlite-guard-quantizer"
 
@@ -27,7 +27,6 @@ def site(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory) -> Path:
     """A three-layer MLP (x -> fc1 -> relu -> fc2 -> relu -> fc3) with a dynamic batch axis."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -43,16 +42,13 @@ def mlp(tmp_path_factory) -> Path:
     ]
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
     path = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
-    onnx.save(model, str(path))
+    save_graph(graph, path, ir_version=9)
     return path
 
 
 def write_gemm_head(path: Path) -> Path:
     """Two MatMuls and a Gemm head named as torch.onnx names an nn.Linear (``/model/head/Gemm``, transB=1)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(2)
@@ -70,9 +66,7 @@ def write_gemm_head(path: Path) -> Path:
     graph = helper.make_graph(nodes, "gemm_head",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
+    save_graph(graph, path, ir_version=9)
     return path
 
 

@@ -11,6 +11,8 @@ from onnxlite.evaluation.metrics import resolve_metrics
 from onnxlite.numerics import cosine_per_sample
 from onnxlite.protocols import MetricContext
 
+from conftest import save_graph
+
 
 def _logits(n=60, classes=10, noise=0.3, seed=0):
     rng = np.random.default_rng(seed)
@@ -102,7 +104,6 @@ def test_rate_metric_resolution_and_its_companion():
 
 
 def _judge_with_candidate(tmp_path, noise=0.3, n=80):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     from onnxlite.evaluation.judge import Judge
@@ -113,10 +114,8 @@ def _judge_with_candidate(tmp_path, noise=0.3, n=80):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 6])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", 10])],
                               [numpy_helper.from_array(weight, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     path = tmp_path / "cand.onnx"
-    onnx.save(model, path)
+    save_graph(graph, path)
     x = rng.normal(size=(n, 6)).astype(np.float32)
     # the "reference" is the same matmul plus noise, so the candidate really disagrees on some samples
     reference = x @ weight + rng.normal(scale=noise, size=(n, 10)).astype(np.float32)

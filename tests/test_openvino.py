@@ -16,23 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, save_graph
 
 ort = pytest.importorskip("onnxruntime")
 needs_openvino = pytest.mark.skipif("OpenVINOExecutionProvider" not in ort.get_available_providers(),
                                     reason="this onnxruntime build has no OpenVINO EP (pip install 'onnxlite[openvino]')")
 OV = "OpenVINOExecutionProvider"
 CPU = "CPUExecutionProvider"
-
-
-def _save(graph, path: Path, opset: int = 17) -> Path:
-    import onnx
-    from onnx import helper
-
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +59,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
         "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])],
         [weight("W1", 32, 64), weight("b1", 64), weight("W2", 64, 16), weight("b2", 16)])
-    out = {"cnn": _save(cnn, folder / "cnn.onnx"), "mlp": _save(mlp, folder / "mlp.onnx")}
+    out = {"cnn": save_graph(cnn, folder / "cnn.onnx", ir_version=9),
+           "mlp": save_graph(mlp, folder / "mlp.onnx", ir_version=9)}
     calibration = {"cnn": rng.random((16, 3, 16, 16), dtype=np.float32),
                    "mlp": rng.standard_normal((64, 32)).astype(np.float32)}
     for name, data in calibration.items():

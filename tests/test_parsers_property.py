@@ -11,13 +11,14 @@ import itertools
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxlite.errors import UsageError
+
+from conftest import save_graph
 
 K = 16
 RUN = settings(max_examples=60, deadline=None, derandomize=True,
@@ -33,9 +34,7 @@ def folder(tmp_path_factory) -> Path:
         "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
         [numpy_helper.from_array(rng.standard_normal((K, 4)).astype(np.float32), "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save_model(model, str(folder / "tiny.onnx"))
+    save_graph(graph, folder / "tiny.onnx")
     np.savez(folder / "data.npz", x=rng.standard_normal((6, K)).astype(np.float32))
     return folder
 

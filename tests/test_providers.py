@@ -14,7 +14,6 @@ from conftest import run_cli, save_graph
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """A small named MLP (Gemm, Relu, MatMul, Add) and its dynamic int8 (QOperator) version."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -29,11 +28,9 @@ def models(tmp_path_factory) -> dict[str, Path]:
     ]
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
     folder = tmp_path_factory.mktemp("providers")
     fp32 = folder / "mlp.onnx"
-    onnx.save(model, str(fp32))
+    save_graph(graph, fp32, ir_version=9)
     int8 = folder / "mlp_int8.onnx"
     quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
     return {"fp32": fp32, "int8": int8}

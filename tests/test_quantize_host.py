@@ -22,7 +22,7 @@ from onnxlite.graph_family import model_family
 from onnxlite.modelio import external_data_files, get_metadata
 from onnxlite.quantization.run import applicable_strategies
 
-from conftest import make_plugin_dist, run_cli
+from conftest import make_plugin_dist, run_cli, save_graph
 
 
 def make_mlp(path: Path, k: int = 128, external: bool = False, seed: int = 0) -> Path:
@@ -58,9 +58,7 @@ def make_cnn(path: Path) -> Path:
              helper.make_node("MatMul", ["f", "w"], ["y"], name="head")]
     graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save_model(model, str(path))
+    save_graph(graph, path)
     return path
 
 
@@ -180,9 +178,7 @@ def test_int4_explains_models_it_cannot_touch(tmp_path):
     graph = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], name="linear")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save_model(model, str(tmp_path / "gemm.onnx"))
+    save_graph(graph, tmp_path / "gemm.onnx")
     with pytest.raises(UsageError, match="nothing for int4 to quantize: 1 Gemm node"):
         onnxlite.quantize(tmp_path / "gemm.onnx", tmp_path / "o.onnx", strategy="int4")
     assert not (tmp_path / "o.onnx").exists()

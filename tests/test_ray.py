@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import onnxlite
-from conftest import make_plugin_dist
+from conftest import make_plugin_dist, save_graph
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -90,7 +90,6 @@ def register_quantizers():
 
 
 def tiny_mlp(path: Path, seed: int = 0, hidden: int = 128) -> Path:
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
@@ -103,9 +102,7 @@ def tiny_mlp(path: Path, seed: int = 0, hidden: int = 128) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
                               [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(b1, "b1"),
                                numpy_helper.from_array(w2, "w2")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    save_graph(graph, path)
     return path
 
 

@@ -15,6 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
 
+from conftest import save_graph
+
 
 def _const(name: str, array: np.ndarray) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array.astype(np.float32), name))
@@ -31,9 +33,7 @@ def _paddle_like(path, opset: int = 12):
     graph = helper.make_graph(nodes, "paddle_like",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    save_graph(graph, path, opset)
     return path
 
 
@@ -103,9 +103,7 @@ def _fixed_size_detector(path, size: int = 16, batch="batch"):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, "h", "w"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 6])],
                               initializer=[weight, pos, head, shape])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    save_graph(graph, path)
     return path
 
 
@@ -181,9 +179,7 @@ def _streaming_cell(path):
          helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 1]),
          helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "batch", 8])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    save_graph(graph, path)
     return path
 
 

@@ -12,6 +12,8 @@ import pytest
 from onnxlite.errors import UsageError
 from onnxlite.sweep import read_manifest
 
+from conftest import save_graph
+
 
 def write(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text))
@@ -100,16 +102,13 @@ def test_a_local_sweep_keeps_finished_models_and_retries_failed_ones(tmp_path):
     import json
 
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     weights = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [weights])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(tmp_path / "mm.onnx"))
+    save_graph(graph, tmp_path / "mm.onnx")
     manifest = write(tmp_path / "zoo.toml", """
         [defaults]
         strategies = ["dynamic"]
