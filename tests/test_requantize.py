@@ -35,7 +35,8 @@ def _branches() -> onnx.GraphProto:
     def dq(tag, axis=False):
         out = f"{tag}_in"
         if axis:
-            nodes.append(helper.make_node("DequantizeLinear", ["xq", "s_axis", "z_axis"], [out], name=f"{tag}_dq", axis=1))
+            nodes.append(helper.make_node("DequantizeLinear", ["xq", "s_axis", "z_axis"], [out], name=f"{tag}_dq",
+                                          axis=1))
         else:
             nodes.append(helper.make_node("DequantizeLinear", ["xq", "s", "z"], [out], name=f"{tag}_dq"))
         return out
@@ -115,3 +116,72 @@ def test_a_claimed_float_node_that_onnxruntime_requantizes_is_a_mismatch(tmp_pat
     assert "re-quantizes them at session start" in message and "plain" in message
     assert "written model has them quantized" not in message
     assert check.to_dict()["requantized"] == list(check.requantized)
+
+
+NAIVE = '''
+    from onnxlite import Option, QuantizeOutcome, QuantizerSpec, hookimpl
+
+    class Naive:
+        """quantize_static with nodes_to_exclude, trusting the file: what a third-party plugin would write."""
+
+        def quantize(self, model, output, options, context):
+            import numpy as np
+            from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+            rng = np.random.default_rng(0)
+
+            class Reader(CalibrationDataReader):
+                def __init__(self):
+                    self.items = iter([{"x": rng.random((1, 4, 6, 6), dtype=np.float32)} for _ in range(8)])
+
+                def get_next(self):
+                    return next(self.items, None)
+
+            quantize_static(str(model), str(output), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                            nodes_to_exclude=["middle"])
+            return QuantizeOutcome(excluded_nodes=["middle"])
+
+    @hookimpl
+    def register_quantizers():
+        return [QuantizerSpec(name="naive", description="trusts nodes_to_exclude", factory=Naive,
+                              applies_to=("conv",))]
+'''
+
+
+def _three_convs() -> onnx.GraphProto:
+    rng = np.random.default_rng(3)
+    inits, nodes, last = [], [], "x"
+    for i, name in enumerate(("first", "middle", "last")):
+        inits += [numpy_helper.from_array(rng.standard_normal((C, C, 3, 3)).astype(np.float32) * 0.3, f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("Conv", [last, f"w{i}", f"b{i}"], [f"c{i}"], name=name, pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"{name}_relu")]
+        last = f"r{i}"
+    return helper.make_graph(nodes, "three", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", C, 6, 6])],
+                             [helper.make_tensor_value_info(last, TensorProto.FLOAT, ["b", C, 6, 6])], inits)
+
+
+def test_quantize_warns_when_a_plugins_float_node_is_requantized_at_session_start(tmp_path):
+    import json
+
+    from conftest import make_plugin_dist, run_cli
+
+    site = make_plugin_dist(tmp_path / "site", "onnxlite-naive", "0.1", "onnxlite_naive", NAIVE)
+    model = save_graph(_three_convs(), tmp_path / "three.onnx")
+    done = run_cli("quantize", str(model), "-o", str(tmp_path / "q.onnx"), "-s", "naive", "--json", site=site)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    claims = result["details"]["claims"]
+    assert claims["requantized"] == ["middle"] and claims["claimed_float_but_quantized"] == ["middle"]
+    (warning,) = [w for w in result["warnings"] if "re-quantizes" in w]
+    assert "(middle)" in warning and "WeightBiasQuantization" in warning
+    # and onnxruntime does give it int8 weights
+    assert "middle" in _given_int8_weights(tmp_path / "q.onnx", tmp_path)
+    # the built-in static with the same exclusion keeps it float where it runs, and says nothing
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(4).random((8, C, 6, 6), dtype=np.float32))
+    honest = run_cli("quantize", str(model), "-o", str(tmp_path / "s.onnx"), "-s", "static", "--option",
+                     "exclude=middle", "--calibration", str(tmp_path / "calib.npz"), "--json")
+    assert honest.returncode == 0, honest.stderr
+    result = json.loads(honest.stdout)
+    assert result["details"]["claims"]["message"] == "" and result["excluded_nodes"] == ["middle"]
+    assert "middle" not in _given_int8_weights(tmp_path / "s.onnx", tmp_path)
