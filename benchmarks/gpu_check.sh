@@ -111,6 +111,7 @@ else
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$whl" ${tomli_w:+"$tomli_w"}
   export PYTHONPATH="$SITE:$REPO/core:$REPO/plugins${PYTHONPATH:+:$PYTHONPATH}"
 fi
+export PYTHONPATH="$HERE:$PYTHONPATH"   # benchmarks/openvino_formats.py: the CNN and the quantizing loop
 export GPU_CHECK_MODE="$MODE" GPU_CHECK_QUICK="$QUICK" GPU_CHECK_OUT="$OUTDIR" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 exec "$PY" - <<'PYTHON'
 import json, os, platform, statistics, sys, time
@@ -142,6 +143,9 @@ log(f"onnxruntime {ort.__version__} from {Path(ort.__file__).parent}: {', '.join
 import onnxlite
 from onnxlite.placement import model_format, placement_report
 from onnxlite.runtime import SessionSettings, create_session
+
+# the small CNN and the quantizing loop are benchmarks/openvino_formats.py's (one copy; on PYTHONPATH above)
+from openvino_formats import CNN_SOURCE, make_variants
 
 THREADS = os.cpu_count() or 2
 PROVIDERS = {"cpu": SessionSettings(provider="cpu", threads=THREADS)}
@@ -176,41 +180,6 @@ def bert_folder():
     return folder
 
 
-CNN = '''
-import torch
-from torch import nn
-
-def block(cin, cout, stride):
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-
-class SmallCNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(block(3, 32, 2), block(32, 32, 1), block(32, 64, 2), block(64, 64, 1),
-                                      block(64, 128, 2), block(128, 128, 1), block(128, 256, 2), block(256, 256, 1))
-        self.head = nn.Linear(256, 10)
-
-    def forward(self, pixels):
-        return self.head(self.features(pixels).mean((2, 3)))
-
-def build():
-    torch.manual_seed(0)
-    return SmallCNN().eval()
-'''
-
-
-def variants(fp32, folder, plans, calibration):
-    made = {"fp32": fp32}
-    for name, strategy, options, calibrated in plans:
-        target = folder / f"{name}.onnx"
-        log(f"quantize {folder.name}/{name}")
-        try:
-            onnxlite.quantize(fp32, target, strategy=strategy, calibration=calibration if calibrated else None,
-                              **options)
-            made[name] = target
-        except Exception as exc:  # noqa: BLE001
-            made[name] = f"quantize failed: {' '.join(str(exc).split())[:160]}"
-    return made
 
 
 def measure(label, models, bench_kwargs, runs):
@@ -293,13 +262,13 @@ np.savez(calibration, input_ids=rng.integers(1000, 29000, (32, seq)).astype(np.i
          attention_mask=np.ones((32, seq), np.int64), token_type_ids=np.zeros((32, seq), np.int64))
 plans = [("fp16", "fp16", {}, False), ("dynamic", "dynamic", {}, False),
          ("static_qdq", "static", {"format": "QDQ"}, True), ("static_qoperator", "static", {"format": "QOperator"}, True)]
-results["bert"] = measure("bert", variants(fp32, folder, plans, calibration),
+results["bert"] = measure("bert", make_variants(fp32, folder, plans, calibration, {}),
                           {"batch": batch, "seq_len": seq}, runs)
 
 # The small CNN
 folder = WORK / "cnn"
 folder.mkdir(exist_ok=True)
-(folder / "small_cnn.py").write_text(CNN)
+(folder / "small_cnn.py").write_text(CNN_SOURCE)
 fp32 = folder / "fp32.onnx"
 side, cbatch = (32, 2) if DRY else (96, 16)
 if not fp32.exists():
@@ -309,7 +278,7 @@ calibration = folder / "calibration.npz"
 np.savez(calibration, pixels=rng.random((32, 3, side, side), dtype=np.float32))
 plans = [("fp16", "fp16", {}, False), ("dynamic_conv", "dynamic", {"op_types": "Conv,MatMul,Gemm"}, False),
          ("static_qdq", "static", {"format": "QDQ"}, True), ("static_qoperator", "static", {"format": "QOperator"}, True)]
-results["cnn"] = measure("cnn", variants(fp32, folder, plans, calibration), {"batch": cbatch}, runs)
+results["cnn"] = measure("cnn", make_variants(fp32, folder, plans, calibration, {}), {"batch": cbatch}, runs)
 
 header = (f"onnxruntime {ort.__version__} ({', '.join(available)}); {platform.node()}; {os.cpu_count()} CPUs; "
           f"mode {'dry-run (CPU only, tiny models)' if DRY else 'GPU'}; {runs} runs; {time.time() - started:.0f} s")
