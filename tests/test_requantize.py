@@ -185,3 +185,23 @@ def test_quantize_warns_when_a_plugins_float_node_is_requantized_at_session_star
     result = json.loads(honest.stdout)
     assert result["details"]["claims"]["message"] == "" and result["excluded_nodes"] == ["middle"]
     assert "middle" not in _given_int8_weights(tmp_path / "s.onnx", tmp_path)
+
+
+def test_statics_rewrite_keeps_every_kind_of_node_float(tmp_path):
+    """Conv, ConvTranspose, Gemm, behind an Identity: each gets a per-axis input DequantizeLinear, onnxruntime
+    then leaves all of them float, and the outputs are those of the unchanged file without the pass."""
+    from onnxlite_plugins.quantizers.static import keep_excluded_float
+
+    original = save_graph(_branches(), tmp_path / "original.onnx")
+    path = save_graph(_branches(), tmp_path / "branches.onnx")
+    names = sorted(weight_bias_quantization_inputs(onnx.load(path)))
+    rewritten, left = keep_excluded_float(path, [*names, "axis"])
+    assert sorted(rewritten) == names and left == []
+    assert _given_int8_weights(path, tmp_path) == set()
+    feed = {"x": np.random.default_rng(5).standard_normal((3, C, 6, 6)).astype(np.float32)}
+    plain = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    # the unchanged file in a session without the pass: what the float nodes mean
+    off = ort.InferenceSession(str(original), providers=["CPUExecutionProvider"],
+                               disabled_optimizers=["WeightBiasQuantization"])
+    for got, want in zip(plain.run(None, feed), off.run(None, feed)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
