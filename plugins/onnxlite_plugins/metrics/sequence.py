@@ -75,18 +75,31 @@ def _frame_mask(reference: Any, context: Any) -> Any:
     return np.asarray(mask) != 0
 
 
-class FrameAgreement:
-    """Share of (unmasked) frames whose top class is the reference's."""
+class _SequenceMetric:
+    """A ``[B, T, C]`` float output: the shared opening of the sequence metrics.
+
+    NaN for a candidate that is not finite; otherwise :meth:`score` gets the
+    candidate in the reference's shape and the ``[B, T]`` frames that count.
+    """
 
     def applies(self, reference: Any, context: Any) -> bool:
         return _is_sequence(reference)
 
     def compute(self, reference: Any, candidate: Any, context: Any) -> float:
-        np = _np()
         if not _finite(candidate):
             return float("nan")
-        same = np.argmax(reference, axis=2) == np.argmax(candidate.reshape(reference.shape), axis=2)
-        mask = _frame_mask(reference, context)
+        return self.score(reference, candidate.reshape(reference.shape), _frame_mask(reference, context))
+
+    def score(self, reference: Any, candidate: Any, mask: Any) -> float:
+        raise NotImplementedError
+
+
+class FrameAgreement(_SequenceMetric):
+    """Share of (unmasked) frames whose top class is the reference's."""
+
+    def score(self, reference: Any, candidate: Any, mask: Any) -> float:
+        np = _np()
+        same = np.argmax(reference, axis=2) == np.argmax(candidate, axis=2)
         return float(same[mask].mean()) if mask.any() else 1.0
 
 
@@ -104,20 +117,12 @@ def ctc_greedy(scores: Any, mask: Any, blank: int = CTC_BLANK) -> list[tuple[int
     return decoded
 
 
-class CtcAgreement:
+class CtcAgreement(_SequenceMetric):
     """Share of samples whose greedy CTC decoding is the reference's, label for label."""
 
-    def applies(self, reference: Any, context: Any) -> bool:
-        return _is_sequence(reference)
-
-    def compute(self, reference: Any, candidate: Any, context: Any) -> float:
-        np = _np()
-        if not _finite(candidate):
-            return float("nan")
-        mask = _frame_mask(reference, context)
-        ours = ctc_greedy(reference, mask)
-        theirs = ctc_greedy(candidate.reshape(reference.shape), mask)
-        return float(np.mean([a == b for a, b in zip(ours, theirs)]))
+    def score(self, reference: Any, candidate: Any, mask: Any) -> float:
+        ours, theirs = ctc_greedy(reference, mask), ctc_greedy(candidate, mask)
+        return float(_np().mean([a == b for a, b in zip(ours, theirs)]))
 
 
 def slice_relative_errors(reference: Any, candidate: Any) -> Any:
