@@ -13,14 +13,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def save_graph(graph, path: Path, opset: int = 17, ir_version: int = 8) -> Path:
-    """Wrap a hand-built ``onnx.GraphProto`` in a model at ``opset`` and write it to ``path``."""
+def save_graph(graph, path: Path, opset: int = 17, ir_version: int = 8, *, external: bool = False) -> Path:
+    """Wrap a hand-built ``onnx.GraphProto`` in a model at ``opset`` and write it to ``path``.
+
+    ``external``: every weight goes to ``<name>.data`` beside it (external data, whatever the size).
+    """
     import onnx
     from onnx import helper
 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = ir_version
-    onnx.save(model, str(path))
+    if external:
+        onnx.save(model, str(path), save_as_external_data=True, location=f"{Path(path).name}.data", size_threshold=0)
+    else:
+        onnx.save(model, str(path))
     return Path(path)
 
 

@@ -24,7 +24,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import make_plugin_dist, run_cli
+from conftest import make_plugin_dist, run_cli, save_graph
 
 K = 32
 
@@ -39,13 +39,8 @@ def make_mlp(path: Path, external: bool = False, op: str = "MatMul") -> Path:
              helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     path.parent.mkdir(parents=True, exist_ok=True)
-    if external:
-        onnx.save_model(model, str(path), save_as_external_data=True, location=f"{path.name}.data", size_threshold=0)
-    else:
-        onnx.save_model(model, str(path))
+    save_graph(graph, path, external=external)
     return path
 
 

@@ -76,6 +76,8 @@ def _head_models(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
+    from conftest import save_graph
+
     x = np.random.default_rng(4).uniform(0, 4, (16, 4, 50)).astype(np.float32)
     head = np.concatenate([x * 256, 1 / (1 + np.exp(-x))], axis=1)
     io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 50])],
@@ -87,7 +89,7 @@ def _head_models(tmp_path):
         graph = helper.make_graph(nodes + [helper.make_node("Concat", ["boxes", "classes"], [out], axis=1)]
                                   + extra_nodes, name, *io, [scale, *extra_inits])
         path = tmp_path / f"{name}.onnx"
-        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        save_graph(graph, path, ir_version=onnx.IR_VERSION)   # onnx's own default, as make_model stamps it
         return str(path)
 
     def qdq(name, s, z, axis):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MLP_SOURCE, ROOT
+from conftest import MLP_SOURCE, ROOT, save_graph
 
 CORE = ROOT / "core" / "onnxlite"
 PACKAGES = ("data", "conversion", "quantization", "evaluation", "benchmark", "search", "report")
@@ -232,7 +232,7 @@ def test_compare_parses_the_candidate_at_most_twice(tmp_path, monkeypatch):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [weight])
     path = tmp_path / "mm.onnx"
-    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    save_graph(graph, path, ir_version=onnx.IR_VERSION)
     parses: collections.Counter[str] = collections.Counter()
     real = onnx.load_model
 

@@ -138,7 +138,7 @@ def test_compare_cli_reports_the_slice_error_on_a_real_quantized_head(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from conftest import run_cli
+    from conftest import run_cli, save_graph
 
     boxes = helper.make_node("Mul", ["x", "scale"], ["boxes"])
     classes = helper.make_node("Sigmoid", ["x"], ["classes"])
@@ -148,9 +148,7 @@ def test_compare_cli_reports_the_slice_error_on_a_real_quantized_head(tmp_path):
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 50])],
         [helper.make_tensor_value_info("head", TensorProto.FLOAT, ["batch", 8, 50])],
         [helper.make_tensor("scale", TensorProto.FLOAT, [], [256.0])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    reference = tmp_path / "head.onnx"
-    onnx.save(model, reference)
+    reference = save_graph(graph, tmp_path / "head.onnx", ir_version=onnx.IR_VERSION)
     # Per-tensor QDQ around the Concat output, the way quantize_static writes it, with the real range.
     x = np.random.default_rng(4).uniform(0, 4, (16, 4, 50)).astype(np.float32)
     head_max = float(np.abs(np.concatenate([x * 256, 1 / (1 + np.exp(-x))], axis=1)).max())
@@ -164,8 +162,7 @@ def test_compare_cli_reports_the_slice_error_on_a_real_quantized_head(tmp_path):
         [helper.make_tensor("scale", TensorProto.FLOAT, [], [256.0]),
          helper.make_tensor("s", TensorProto.FLOAT, [], [head_max / 255]),
          helper.make_tensor("z", TensorProto.UINT8, [], [0])])
-    candidate = tmp_path / "head_qdq.onnx"
-    onnx.save(helper.make_model(quantized, opset_imports=[helper.make_opsetid("", 17)]), candidate)
+    candidate = save_graph(quantized, tmp_path / "head_qdq.onnx", ir_version=onnx.IR_VERSION)
     np.savez(tmp_path / "data.npz", x=x)
 
     result = run_cli("compare", str(reference), str(candidate), "--data", str(tmp_path / "data.npz"),

@@ -36,12 +36,7 @@ def make_mlp(path: Path, k: int = 128, external: bool = False, seed: int = 0) ->
              helper.make_node("MatMul", ["h3", "w2"], ["y"], name="fc2")]
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    if external:
-        onnx.save_model(model, str(path), save_as_external_data=True, location=f"{path.name}.data", size_threshold=0)
-    else:
-        onnx.save_model(model, str(path))
+    save_graph(graph, path, external=external)
     return path
 
 

@@ -14,6 +14,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnxlite.errors import VerificationError  # noqa: E402
 from onnxlite.quantization.smoke import smoke_check  # noqa: E402
 
+from conftest import save_graph  # noqa: E402
+
 SPEC = SimpleNamespace(name="probe", gpu_only_gain=False)
 
 
@@ -24,7 +26,7 @@ def _model(path, weight, *, out_shape=("batch", 4), extra=(), outputs=("y",), lo
     infos = [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(out_shape)) for name in outputs]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
                               infos, [numpy_helper.from_array(weight.astype(np.float32), "w")])
-    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    save_graph(graph, path, ir_version=onnx.IR_VERSION)
     return path
 
 

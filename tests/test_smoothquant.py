@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
-from conftest import run_cli
+from conftest import run_cli, save_graph
 from onnxlite_plugins.quantizers.smoothquant import activation_maxima, smooth, smoothing_targets
 
 rng = np.random.default_rng(0)
@@ -43,10 +43,7 @@ def outlier_model(path: Path, shared_weight: bool = False) -> Path:
     graph = helper.make_graph(nodes, "outliers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16]),
                                helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 64])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    onnx.checker.check_model(str(save_graph(graph, path, ir_version=9)))
     return path
 
 
@@ -222,10 +219,7 @@ def norm_model(path: Path, decomposed: bool = False) -> Path:
                     helper.make_node("Gemm", ["r", "W2"], ["y"], name="gemm2", transB=1)]
     graph = helper.make_graph(nodes, "normed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    onnx.checker.check_model(str(save_graph(graph, path, ir_version=9)))
     return path
 
 

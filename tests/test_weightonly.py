@@ -20,7 +20,7 @@ import onnxlite
 from onnxlite.errors import UsageError
 from onnxlite.modelio import external_data_files
 
-from conftest import run_cli
+from conftest import run_cli, save_graph
 
 VOCAB, HIDDEN, INNER = 256, 64, 128
 
@@ -38,12 +38,7 @@ def make_embedder(path: Path, seed: int = 0, external: bool = False) -> Path:
                               [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN])],
                               inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    if external:
-        onnx.save_model(model, str(path), save_as_external_data=True, location=f"{path.name}.data", size_threshold=0)
-    else:
-        onnx.save_model(model, str(path))
+    save_graph(graph, path, external=external)
     return path
 
 
