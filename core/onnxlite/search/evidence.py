@@ -13,9 +13,12 @@
   the others are set aside.  The figures reported are the confirm part's.
 - **Fallback.** Partial quantization repairs the lightest over-budget
   candidate when nothing passes, and also when it is clearly lighter than the
-  best candidate that passes.  Nodes are ranked by activation matching first;
-  when keeping those in float does not reach the budget, a direct sweep (each
-  node quantized alone, its drop measured) ranks them again.
+  best candidate that passes.  A float prefix (the graph's start kept float)
+  is tried first, then nodes ranked by activation matching; when neither
+  reaches the budget, a direct sweep (each node quantized alone, its drop
+  measured) ranks them again.  Every probe gets the select part's judge only
+  (:func:`select_judge`): the confirm samples never steer the choice, and
+  judge the repair chosen, like any candidate (:func:`confirm`).
 - **Mixed precision.** Each weighted node gets its own scheme from a sweep of
   per-node, per-scheme drops, planned under the budget (:mod:`onnxlite.mixed_plan`).
 """
@@ -224,10 +227,14 @@ def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can
 
 # -- probes: models that measure, never compete ------------------------------------------------------------
 
-def run_probes(state: Any, candidates: Sequence[Candidate], workers: int | None, what: str) -> list[Any]:
-    """Quantize and judge ``candidates`` like any candidate, without adding them to the rows."""
+def run_probes(state: Any, candidates: Sequence[Candidate], workers: int | None, what: str,
+               judge: Any = None) -> list[Any]:
+    """Quantize and judge ``candidates`` like any candidate, without adding them to the rows.
+
+    ``judge`` is the folder of the judge they get instead of the search's (the fallback's: the select part's).
+    """
     offset = 100000 + len(getattr(state, "_probes", []))
-    tasks = [state._task(c, offset + i) for i, c in enumerate(candidates)]
+    tasks = [state._task(c, offset + i) | ({"judge": str(judge)} if judge else {}) for i, c in enumerate(candidates)]
     state.emit("stage", {"message": f"{what}: {len(tasks)} probe model(s)"})
     results = list(state.executor.run_tasks(tasks, state.work / "probes", workers))
     state._probes = getattr(state, "_probes", []) + results
@@ -241,6 +248,35 @@ def probe_drop(result: Any, rank: str) -> float:
         return math.inf
     value = (result.select_drops or result.drops).get(rank)
     return value if value is not None and math.isfinite(value) else math.inf
+
+
+def select_judge(state: Any) -> Any:
+    """The folder of the judge the fallback's probes get: the select part's samples only (the search's without one)."""
+    from .tasks import save_judge
+
+    parts = state.judge.parts
+    if not parts:
+        return state.judge_dir
+    return save_judge(state.judge, state.work / "judge-select", samples=parts.select)
+
+
+def passes(result: Any) -> bool:
+    """A probe is within every budget of the judge it got."""
+    return result.status == "ok" and result.passed is not False
+
+
+def confirm(state: Any, candidate: Any, ranking: str, workers: int | None, closest: bool = False) -> bool:
+    """The repair a ranking chose on the select part, judged like any candidate (a row: the confirm part's verdict).
+
+    ``closest``: nothing passed, and this is the attempt shown so that the table says how far the repair got.
+    """
+    where = "the select part" if state.judge.parts else "the held-out samples"
+    what = "the closest attempt, over budget on" if closest else "chosen on"
+    state.emit("stage", {"message": f"judging {candidate.name} ({what} {where}, ranked by {ranking}) like any candidate"})
+    row = state.run_candidates(workers, [candidate])[0]
+    state.partial.setdefault("confirmed", []).append({"name": row.name, "ranked_by": ranking, "status": row.status,
+                                                      "drop": row.drops.get(state.judge.primary), "closest": closest})
+    return row.status == "ok"
 
 
 # -- mixed precision -----------------------------------------------------------------------------------

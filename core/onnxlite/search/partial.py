@@ -7,6 +7,9 @@ run on the same held-out inputs, and a node's score is the relative error it
 *adds* (its output's error minus the worst error among its inputs), so error
 inherited from upstream layers is not blamed on it.
 
+The fallback tries a float prefix first (:mod:`onnxlite.search.prefix`), then this ranking, then a
+direct sweep; its probes are judged on the select part alone and the repair chosen on the confirm part.
+
 The fallback's cost is bounded by the model's own cost (docs/lighten.md, "The
 fallback rule"): each probe costs about what the base candidate's own task
 took, so the bases tried and the nodes a direct sweep measures are what fits
@@ -173,18 +176,6 @@ def _pieces(feeds_list: Sequence[Mapping[str, np.ndarray]], cut: dict[str, int],
             start = stop
 
 
-def exclusion_steps(count: int, limit: int | None = None) -> list[int]:
-    """How many of the worst nodes to keep in float at each step: 1, 2, 4, 8, ... up to ``count``."""
-    steps, k = [], 1
-    top = min(count, limit or count)
-    while k < top:
-        steps.append(k)
-        k *= 2
-    if top:
-        steps.append(top)
-    return steps
-
-
 def feeds_for_ranking(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None] | None = None,
                       samples: int = RANKING_SAMPLES) -> list[dict]:
     """The first ``samples`` held-out samples (ranking needs a sample, not all of them), cut on each input's axis."""
@@ -248,9 +239,23 @@ class _Clock:
 
 
 def fallback(state: Any, max_float_nodes: int | None, workers: int | None) -> None:
-    """Repair an over-budget candidate by keeping its worst nodes in float (the rule: docs/lighten.md)."""
+    """Repair an over-budget candidate by keeping nodes in float (docs/lighten.md); ``partial.seconds``: its time."""
+    started = time.monotonic()
+    _repair(state, max_float_nodes, workers)
+    if state.partial and state.partial.get("tried"):
+        state.partial["seconds"] = round(time.monotonic() - started, 1)
+
+
+def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> None:
+    """A float prefix, then the activation ranking, then a direct sweep, on each base in turn.
+
+    Every probe is judged on the select part alone (:func:`~onnxlite.search.evidence.select_judge`); the
+    repair a ranking chooses is then judged like any candidate, its figures and verdict the confirm part's.
+    """
     from ..registry import get_registry
     from .candidates import Candidate, exclude_option
+    from .evidence import confirm, select_judge
+    from .prefix import exclusion_steps, float_prefix, keep_worst
     from .tasks import default_workers
 
     registry = get_registry()
@@ -272,35 +277,49 @@ def fallback(state: Any, max_float_nodes: int | None, workers: int | None) -> No
         from ..data.dataset import concat_rows, take_rows
 
         feeds = concat_rows([take_rows(feeds, i, i + 1, axes) for i in select], axes)
-    state.partial = {"tried": True, "why": why, "bases": [r.name for r in bases], "steps": [],
-                     "budget_seconds": FALLBACK_SECONDS}
+    probe_judge = select_judge(state)
+    state.partial = {"tried": True, "why": why, "bases": [r.name for r in bases], "base": bases[0].name,
+                     "steps": [], "budget_seconds": FALLBACK_SECONDS,
+                     "probes_judged_on": "the select part" if select else "every held-out sample (no select part)"}
     first = None   # (row, spec, ranking) of the first base whose nodes could be ranked: the sweep's base
+    closest = None   # the first base's heaviest activation step: judged on the confirm part if nothing passes
     for index, base_row in enumerate(bases):
         cost = max(base_row.quantize_seconds or 0.0, 1e-3)
-        # another base costs about one quantize-and-judge per doubling step (1, 2, 4 ... half the nodes)
-        steps = len(exclusion_steps(max(1, len(first[2]) // 2))) if first else 1
+        # another base costs its prefix probe and about one quantize-and-judge per doubling step (1, 2, 4 ...)
+        steps = 1 + (len(exclusion_steps(max(1, len(first[2]) // 2))) if first else 1)
         if index and clock.probes(cost, parallel=False) < steps:
             state.partial.setdefault("skipped_bases", []).append(
                 {"name": base_row.name, "reason": f"its {steps} steps (~{cost:.0f} s each) do not fit in what is left "
                                                   f"of the fallback's {FALLBACK_SECONDS:.0f} s"})
             continue
         spec = registry.get("quantizer", base_row.strategy).spec
-        state.emit("stage", {"message": f"{why if not index else 'next base'}; ranking nodes of {base_row.name} "
-                                        "by the error they add"})
-        ranked = rank_nodes(state.fp32, base_row.path, feeds_for_ranking(feeds, axes), state.settings.threads, axes)
-        if not ranked:
-            continue
-        if first is None:
-            first = (base_row, spec, ranked)
-        state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]],
-                          "ranked_by": "activations"}
         base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
-        # Keeping every node in float would just be the float model again: stop at half of them.
-        limit = max_float_nodes or max(1, len(ranked) // 2)
-        if _keep_worst(state, base, spec, [r.node for r in ranked], limit, workers, "activations"):
+        weighted = _quantized_nodes(state.fp32, base_row.path)
+        state.emit("stage", {"message": f"{why if not index else 'next base'}; "
+                                        f"trying a float prefix of {base_row.name}"})
+        prefix = float_prefix(state, base, spec, weighted, max_float_nodes, workers, clock, cost, probe_judge,
+                              parallel, base_row.path) if weighted else None
+        repaired = [] if prefix is None or not confirm(state, prefix["candidate"], "float prefix", workers) \
+            else ["float prefix"]
+        state.emit("stage", {"message": f"ranking nodes of {base_row.name} by the error they add"})
+        ranked = rank_nodes(state.fp32, base_row.path, feeds_for_ranking(feeds, axes), state.settings.threads, axes)
+        if ranked:
+            if first is None:
+                first = (base_row, spec, ranked)
+            state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
+            # Keeping every node in float would just be the float model again: stop at half of them; after a
+            # prefix that passed, only repairs keeping fewer float bytes than it are worth a probe.
+            found, last = keep_worst(state, base, spec, [r.node for r in ranked],
+                                     max_float_nodes or max(1, len(ranked) // 2), workers, "activations", probe_judge,
+                                     max_bytes=prefix["float_bytes"] if repaired else None)
+            closest = closest or last
+            if found is not None and confirm(state, found, "activations", workers):
+                repaired.append("activations")
+        if repaired:
+            # the last one is the lightest (the activation ranking only probes lighter repairs than the prefix)
+            state.partial |= {"base": base_row.name, "ranked_by": repaired[-1], "repairs": repaired}
             return
     if first is None:
-        state.partial.setdefault("base", bases[0].name)
         state.partial["reason"] = "no node outputs could be matched between the float and quantized models"
         return
     # Activation matching ranked badly (its worst nodes in float did not reach the budget): measure each
@@ -322,13 +341,17 @@ def fallback(state: Any, max_float_nodes: int | None, workers: int | None) -> No
         state.emit("note", {"message": f"the sensitivity sweep measures {len(measured)} of {len(nodes)} nodes "
                                        f"(about {cost:.0f} s a probe, {parallel} at a time, within the fallback's "
                                        f"{FALLBACK_SECONDS:.0f} s); the activation ranking's suspects first"})
-    swept = sweep(state, base, spec, nodes, measured, workers, rank)
+    swept = sweep(state, base, spec, nodes, measured, workers, rank, probe_judge)
     state.partial["sweep"] = swept[:20]
     state.partial["ranked_by"] = f"direct sweep ({rank} on the select part)"
     resorted = [e["node"] for e in swept] + [n for n in suspects if n not in measured]
-    _keep_worst(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2), workers,
-                "sweep", tried={tuple(sorted(order[:k])) for k in exclusion_steps(len(order), max_float_nodes
-                                                                                  or max(1, len(order) // 2))})
+    found, _ = keep_worst(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2), workers,
+                          "sweep", probe_judge, tried={tuple(sorted(order[:k])) for k in exclusion_steps(
+                              len(order), max_float_nodes or max(1, len(order) // 2))})
+    if found is None:
+        _show_closest(state, closest, workers)
+    else:
+        confirm(state, found, "sweep", workers)
 
 
 def _sweep_max_nodes() -> int:
@@ -357,8 +380,11 @@ def _quantized_nodes(float_model: Any, quantized_model: Any) -> list[str]:
 
 
 def sweep(state: Any, base: Any, spec: Any, nodes: Sequence[str], measured: Sequence[str], workers: int | None,
-          rank: str) -> list[dict[str, Any]]:
-    """Each node of ``measured`` quantized alone (every other node of ``nodes`` kept float), worst first."""
+          rank: str, judge: Any = None) -> list[dict[str, Any]]:
+    """Each node of ``measured`` quantized alone (every other node of ``nodes`` kept float), worst first.
+
+    ``judge``: the folder of the judge the probes get (the fallback's: the select part's, :func:`select_judge`).
+    """
     from .candidates import Candidate, exclude_option, with_keep_float
     from .evidence import probe_drop, run_probes
 
@@ -366,25 +392,15 @@ def sweep(state: Any, base: Any, spec: Any, nodes: Sequence[str], measured: Sequ
     for node in measured:
         probe = with_keep_float(base, spec, [n for n in nodes if n != node])
         probes.append(Candidate(f"{base.name}[only {node}]", probe.strategy, dict(probe.options), probe.keep_float))
-    results = run_probes(state, probes, workers, f"sensitivity sweep of {base.name} ({exclude_option(spec)})")
+    results = run_probes(state, probes, workers, f"sensitivity sweep of {base.name} ({exclude_option(spec)})", judge)
     ranked = [{"node": node, "drop": probe_drop(r, rank)} for node, r in zip(measured, results)]
     ranked.sort(key=lambda e: -e["drop"] if math.isfinite(e["drop"]) else -math.inf)
     return ranked
 
 
-def _keep_worst(state: Any, base, spec, order, limit, workers, ranking, tried=frozenset()) -> bool:
-    """Keep the first 1, 2, 4... nodes of ``order`` in float until a candidate passes (skipping sets already tried)."""
-    from .candidates import with_keep_float
+def _show_closest(state: Any, candidate: Any, workers: int | None) -> None:
+    """Nothing passed: the activation ranking's heaviest attempt is judged as a row (the table shows how far it got)."""
+    from .evidence import confirm
 
-    primary = state.judge.primary
-    for k in exclusion_steps(len(order), limit):
-        if tuple(sorted(order[:k])) in tried:
-            continue
-        candidate = with_keep_float(base, spec, order[:k])
-        state.emit("stage", {"message": f"keeping the {k} worst node(s) of {base.name} in float (ranked by {ranking})"})
-        row = state.run_candidates(workers, [candidate])[0]
-        state.partial["steps"].append({"keep_float": k, "name": row.name, "status": row.status,
-                                       "drop": row.drops.get(primary), "ranked_by": ranking})
-        if row.status == "ok":
-            return True
-    return False
+    if candidate is not None:
+        confirm(state, candidate, "activations", workers, closest=True)

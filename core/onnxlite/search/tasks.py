@@ -56,25 +56,54 @@ class TaskResult(Figures):
 
 # -- the judge on disk ---------------------------------------------------------------------------------------
 
-def save_judge(judge: Judge, folder: Path) -> Path:
-    """Reference outputs, inputs, labels and metric settings, for tasks in other processes."""
+def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None) -> Path:
+    """Reference outputs, inputs, labels and metric settings, for tasks in other processes.
+
+    With ``samples`` (held-out sample indices) only those samples are written, judged as a whole by
+    their measured drops, with no parts and no confidence: the select part's judge, which the
+    fallback's probes get so that the samples confirming its choice never reach them.
+    """
     import numpy as np
 
     folder.mkdir(parents=True, exist_ok=True)
     outputs, inputs = list(judge.reference_outputs), list(judge.feeds)
-    arrays = {f"ref_{i}": judge.reference_outputs[n] for i, n in enumerate(outputs)}
-    arrays |= {f"in_{i}": judge.feeds[n] for i, n in enumerate(inputs)}
-    if judge.labels is not None:
-        arrays["labels"] = np.asarray(judge.labels)
+    reference, feeds, labels = judge.reference_outputs, judge.feeds, judge.labels
+    if samples is not None:
+        reference, feeds, labels = _only(judge, np.asarray(samples, dtype=np.int64))
+    arrays = {f"ref_{i}": reference[n] for i, n in enumerate(outputs)}
+    arrays |= {f"in_{i}": feeds[n] for i, n in enumerate(inputs)}
+    if labels is not None:
+        arrays["labels"] = np.asarray(labels)
     np.savez(folder / "judge.npz", **arrays)
+    whole = samples is None
     config = {"outputs": outputs, "inputs": inputs, "metrics": [m.key for m in judge.metrics],
               "primary": judge.primary, "budgets": judge.budgets, "batch_size": judge.batch_size,
-              "confidence": judge.confidence, "estimate_only": list(judge.estimate_only),
-              "extra_intervals": list(judge.extra_intervals),
+              "confidence": judge.confidence if whole else None,
+              "estimate_only": list(judge.estimate_only) if whole else [],
+              "extra_intervals": list(judge.extra_intervals) if whole else [],
               "batch_axes": dict(judge.batch_axes), "output_axes": dict(judge.output_axes),
-              "parts": {"select": list(judge.parts.select), "confirm": list(judge.parts.confirm)} if judge.parts else None}
+              "parts": {"select": list(judge.parts.select), "confirm": list(judge.parts.confirm)}
+              if judge.parts and whole else None}
     (folder / "judge.json").write_text(json.dumps(config, indent=2))
     return folder
+
+
+def _only(judge: Judge, index: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """The judge's reference outputs (batch first), inputs (each on its sample axis) and labels at ``index``."""
+    import numpy as np
+
+    from ..data.dataset import axis_of
+
+    count = judge.samples
+
+    def rows(value: Any, axis: int | None = 0) -> Any:
+        shape = getattr(value, "shape", ())
+        return np.take(value, index, axis=axis) if axis is not None and shape and shape[axis] == count else value
+
+    reference = {n: rows(v) for n, v in judge.reference_outputs.items()}
+    feeds = {n: rows(v, axis_of(n, v, judge.batch_axes)) for n, v in judge.feeds.items()}
+    labels = None if judge.labels is None else rows(np.asarray(judge.labels))
+    return reference, feeds, labels
 
 
 def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:

@@ -1,0 +1,177 @@
+"""What the partial fallback probes: a float prefix of the graph, or the worst nodes of a ranking, kept in float.
+
+:func:`float_prefix` keeps the start of the graph in float, up to its k-th weighted node;
+:func:`keep_worst` keeps the first 1, 2, 4 ... nodes of a ranked order in float.  Both probe on the judge
+they are given (the select part's, :func:`onnxlite.search.evidence.select_judge`) and return what passed.
+
+Most of a CNN's quantization error enters at the input end (the stem and the first blocks see the widest
+activation ranges), and keeping *scattered* nodes in float does not help a QDQ model: onnxruntime's
+``WeightBiasQuantization`` pass gives a float Conv that reads a DequantizeLinear int8 weights again.  A prefix
+avoids both: every node before the k-th weighted node (the Clips, Adds and Muls too) stays float, so its convs
+read float input.  The smallest k whose drop on the select part is within the budget is found by a k-ary
+search (as many probes at once as run in parallel), within the fallback's time bound
+(docs/lighten.md, "The fallback rule").  Measured on EfficientNet-Lite0, per-channel QDQ int8: logit cosine
+0.977; stem + blocks 0-1 float 0.996; stem + blocks 0-8 float 0.9987, still 3.07x smaller than fp32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+
+#: the most float bytes a float prefix may keep: this share of what the weighted nodes the base quantized hold
+PREFIX_SHARE = 0.5
+
+
+def exclusion_steps(count: int, limit: int | None = None) -> list[int]:
+    """How many of the worst nodes to keep in float at each step: 1, 2, 4, 8, ... up to ``count``."""
+    steps, k = [], 1
+    top = min(count, limit or count)
+    while k < top:
+        steps.append(k)
+        k *= 2
+    if top:
+        steps.append(top)
+    return steps
+
+
+def prefixes(model: Any, weighted: Sequence[str], written: Any = None) -> list[list[str]]:
+    """For each node of ``weighted``, in graph order, every named node up to it: the k-th is the prefix of k.
+
+    With ``written`` (the base's quantized model), only nodes it still holds, under their name or renamed
+    ``NAME_...`` by the quantizer, are named besides the weighted ones: a strategy's pre-processing folds
+    some away (a ``Shape``), and an exclusion naming a node its model lacks is refused.
+    """
+    wanted, found, names = set(weighted), [], []
+    held = None if written is None else {n.name for n in written.graph.node if n.name}
+
+    def kept(name: str) -> bool:
+        return held is None or name in wanted or name in held or any(h.startswith(name + "_") for h in held)
+
+    for node in model.graph.node:
+        if node.name and kept(node.name):
+            names.append(node.name)
+        if node.name in wanted:
+            found.append(list(names))
+    return found
+
+
+def float_bytes(model: Any, nodes: Sequence[str]) -> int:
+    """Bytes of the float initializers ``nodes`` read (what keeping them in float costs; from dims, no data loaded)."""
+    from onnx import TensorProto, helper
+
+    wanted = set(nodes)
+    sizes = {i.name: math.prod(i.dims) * helper.tensor_dtype_to_np_dtype(i.data_type).itemsize
+             for i in model.graph.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16,
+                                                                 TensorProto.DOUBLE)}
+    read = {i for n in model.graph.node if n.name in wanted for i in n.input if i in sizes}
+    return int(sum(sizes[i] for i in read))
+
+
+def prefix_limit(model: Any, cuts: Sequence[Sequence[str]], weighted: Sequence[str]) -> int:
+    """The longest prefix whose float weights are at most :data:`PREFIX_SHARE` of all the weighted nodes' (at least 1).
+
+    A CNN's first layers are light (EfficientNet-Lite0's stem and blocks 0-8 hold 27 of its 50 weighted
+    nodes and a small share of its weights), so the limit is on bytes, not on the count of nodes.
+    """
+    total = float_bytes(model, weighted)
+    fits = [k for k, cut in enumerate(cuts, 1) if float_bytes(model, cut) <= PREFIX_SHARE * total]
+    return max(fits, default=1)
+
+
+def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limit: int | None, workers: int | None,
+                 clock: Any, cost: float, judge: Any, parallel: int, written: Any = None) -> dict[str, Any] | None:
+    """The smallest prefix (of at most ``limit`` weighted nodes) whose probe passes on ``judge``, or None.
+
+    Without ``limit``, the prefix may keep up to :data:`PREFIX_SHARE` of the weighted nodes' float bytes
+    (:func:`prefix_limit`).  The probe at the limit comes first: when it fails, no shorter prefix passes
+    (the drop falls as the prefix grows, near enough) and the repair costs that one probe.  Each later
+    round probes up to ``parallel`` points between the longest failing and the shortest passing prefix,
+    while the time bound allows a round (``clock``, at the base's own quantize-and-judge cost).
+    ``written``: the path of the base's quantized model (:func:`prefixes`).
+    """
+    from dataclasses import replace
+
+    import onnx
+
+    from .candidates import with_keep_float
+    from .evidence import run_probes
+    from .evidence import passes
+
+    model = onnx.load(str(state.fp32), load_external_data=False)
+    cuts = prefixes(model, weighted, onnx.load(str(written), load_external_data=False) if written else None)
+    if not cuts:
+        return None
+    cuts = cuts[:max(1, limit or prefix_limit(model, cuts, weighted))]
+    record = state.partial.setdefault("prefix", {"base": base.name, "weighted_nodes": len(weighted),
+                                                 "limit": len(cuts), "probes": []})
+    where = "the select part" if state.judge.parts else "every held-out sample"
+    primary = state.judge.primary
+    lo, hi, passing = 0, None, None   # the longest prefix known to fail; the shortest known to pass
+    points = [len(cuts)]
+    while points:
+        state.emit("stage", {"message": f"keeping a float prefix of {base.name} in float: the first "
+                                        f"{', '.join(map(str, points))} weighted node(s) and every node before "
+                                        f"(judged on {where})"})
+        probes = [replace(with_keep_float(base, spec, cuts[k - 1]), name=f"{base.name}+prefix{k}") for k in points]
+        results = run_probes(state, probes, workers, f"float prefix of {base.name}", judge=judge)
+        for k, probe, result in zip(points, probes, results):
+            ok = passes(result)
+            record["probes"].append({"k": k, "nodes": len(cuts[k - 1]), "passed": ok, "status": result.status,
+                                     "drop": result.drops.get(primary)}
+                                    | ({"error": result.error} if result.error else {}))
+            if ok and (hi is None or k < hi):
+                hi, passing = k, probe
+            elif not ok and k > lo and (hi is None or k < hi):
+                lo = k
+        if hi is None or hi - lo <= 1 or clock.probes(cost, parallel=False) < 1:
+            break
+        step = (hi - lo) / (min(parallel, hi - lo - 1) + 1)
+        points = sorted({min(hi - 1, max(lo + 1, int(round(lo + step * (i + 1)))))
+                         for i in range(min(parallel, hi - lo - 1))})
+    if passing is None:
+        record["result"] = f"no prefix of up to {len(cuts)} weighted node(s) passes on {where}"
+        return None
+    nodes = cuts[hi - 1]
+    record |= {"k": hi, "nodes": len(nodes), "float_bytes": float_bytes(model, nodes),
+               "last": cuts[hi - 1][-1], "exact": hi - lo <= 1}
+    return {"candidate": passing, "k": hi, "float_bytes": record["float_bytes"]}
+
+
+def keep_worst(state: Any, base: Any, spec: Any, order: Sequence[str], limit: int, workers: int | None,
+               ranking: str, judge: Any, tried: Any = frozenset(), max_bytes: int | None = None) -> tuple[Any, Any]:
+    """The first 1, 2, 4... nodes of ``order`` kept in float, probed on ``judge`` until one passes.
+
+    Returns (the candidate that passed or None, the last one probed).  Sets already ``tried`` are
+    skipped; with ``max_bytes``, the steps stop at the first set keeping that many float bytes or
+    more (a repair no lighter than one already found).
+    """
+    import onnx
+
+    from .candidates import with_keep_float
+    from .evidence import passes, run_probes
+
+    primary = state.judge.primary
+    model = onnx.load(str(state.fp32), load_external_data=False) if max_bytes is not None else None
+    last = None
+    for k in exclusion_steps(len(order), limit):
+        if tuple(sorted(order[:k])) in tried:
+            continue
+        candidate = with_keep_float(base, spec, order[:k])
+        if model is not None and float_bytes(model, order[:k]) >= max_bytes:
+            state.partial["steps"].append({"keep_float": k, "name": candidate.name, "status": "not tried",
+                                           "drop": None, "ranked_by": ranking,
+                                           "reason": "no lighter than the float prefix that passed"})
+            break
+        state.emit("stage", {"message": f"keeping the {k} worst node(s) of {base.name} in float (ranked by {ranking})"})
+        result = run_probes(state, [candidate], workers, candidate.name, judge)[0]
+        ok = passes(result)
+        state.partial["steps"].append({"keep_float": k, "name": candidate.name,
+                                       "status": "ok" if ok else "failed" if result.status == "failed" else "rejected",
+                                       "drop": result.drops.get(primary), "ranked_by": ranking})
+        last = candidate
+        if ok:
+            return candidate, last
+    return None, last
