@@ -152,7 +152,8 @@ def keep_excluded_float(path: Path, excluded: list[str]) -> tuple[list[str], lis
         outputs = {o.name for o in graph.output}
         while True:
             used = {i for n in nodes for i in n.input} | outputs
-            dead = [n for n in nodes if n.op_type in ("DequantizeLinear", "Identity")
+            # the two kinds of node the rewrite can orphan (not an operator vocabulary: onnxlite.ops has those)
+            dead = [n for n in nodes if (n.op_type == "DequantizeLinear" or n.op_type == "Identity")
                     and not any(o in used for o in n.output)]
             if not dead:
                 break
