@@ -86,6 +86,25 @@ def batch_axes(specs: Sequence[InputSpec]) -> dict[str, int | None]:
     return {spec.name: spec.batch_axis for spec in specs}
 
 
+def with_batch_axes(specs: Sequence[InputSpec], axes: Mapping[str, int | None]) -> list[InputSpec]:
+    """``specs`` with the sample axis ``axes`` gives (the user's ``--input``) where their own dims say another.
+
+    A model's state ``["layers", "frames", 8]`` reads as batched on axis 0; the user's
+    ``state:float32[2,batch,8]`` says axis 1.  That axis is renamed ``batch`` (and a batch-named dim
+    elsewhere loses the name), so data loaded against these specs is cut where the user said.
+    """
+    out = []
+    for spec in specs:
+        axis = axes.get(spec.name, spec.batch_axis)
+        if axis is None or axis == spec.batch_axis or not 0 <= axis < len(spec.shape):
+            out.append(spec)
+            continue
+        shape = [f"dim{i}" if isinstance(d, str) and _is_batch_name(d) else d for i, d in enumerate(spec.shape)]
+        shape[axis] = "batch"
+        out.append(replace(spec, shape=tuple(shape)))
+    return out
+
+
 def guess_role(name: str) -> str | None:
     lowered = name.lower()
     if "mask" in lowered:

@@ -143,7 +143,10 @@ def _load_calibration(spec: QuantizerSpec, model: Path, proto: onnx.ModelProto, 
     if not spec.needs_calibration:
         return None   # run_quantize says what it is used for: the smoke check's samples, or nothing
     if not isinstance(calibration, (str, os.PathLike)):
-        return calibration  # already feeds or a Dataset, from Python callers
+        from ..data.dataset import Dataset
+
+        # a Dataset (lighten's tasks load it on the judge's sample axes) reaches the strategy as a path would
+        return CalibrationData(calibration) if isinstance(calibration, Dataset) else calibration
     from ..data import load_data
     from ..inputs import specs_from_onnx
 

@@ -132,6 +132,28 @@ def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
 
 # -- one task, in this process ---------------------------------------------------------------------------------
 
+def _on_judge_axes(task: Mapping[str, Any], *paths: Any) -> list[Any]:
+    """The task's data files, loaded on the judge's sample axes where those are not the model's own.
+
+    quantize reads a path on the model's axes, but the user's ``--input`` may put an input's samples
+    elsewhere (a state ``[2, batch, 8]`` whose dims say nothing): then every candidate failed to read
+    the calibration file lighten itself wrote.
+    """
+    from ..inputs import batch_axes, specs_from_onnx, with_batch_axes
+
+    judge = Path(task["judge"]) / "judge.json" if task.get("judge") else None
+    axes = json.loads(judge.read_text()).get("batch_axes") if judge and judge.exists() else None
+    if not axes or not any(paths):
+        return list(paths)
+    specs = specs_from_onnx(Path(task["model"]))
+    if all(axes.get(n, a) == a for n, a in batch_axes(specs).items()):
+        return list(paths)
+    from ..data import load_data
+
+    specs = with_batch_axes(specs, axes)
+    return [load_data(p, specs) if isinstance(p, (str, os.PathLike)) else p for p in paths]
+
+
 def run_task(task: Mapping[str, Any]) -> TaskResult:
     """Quantize the float model with the task's candidate, then judge the result."""
     from ..errors import OnnxliteError
@@ -146,8 +168,9 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
         output.parent.mkdir(parents=True, exist_ok=True)
         # quantize gives the strategy its own copy of the model (onnxruntime writes beside its input), so
         # tasks running at once on the one float model never trample each other.
-        quantized = quantize(Path(task["model"]), output, candidate["strategy"], calibration=task.get("calibration"),
-                             force=True, check_data=task.get("check_data"), **candidate["options"])
+        calibration, check_data = _on_judge_axes(task, task.get("calibration"), task.get("check_data"))
+        quantized = quantize(Path(task["model"]), output, candidate["strategy"], calibration=calibration,
+                             force=True, check_data=check_data, **candidate["options"])
         result.path = str(quantized.path)
         result.size_bytes = quantized.size_after   # kept when judging fails
         result.quantize = {k: v for k, v in quantized.to_dict().items() if k not in {"path", "source"}}
