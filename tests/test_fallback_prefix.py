@@ -13,7 +13,7 @@ from test_lighten_evidence import _misleading_model
 import onnxlite
 from conftest import save_graph
 from onnxlite.executors.local import LocalExecutor
-from onnxlite.search.prefix import prefixes
+from onnxlite.search.prefix import prefix_limit, prefixes
 
 
 def fragile_input_end(path: Path, channels: int = 8, convs: int = 3, at: int = 1) -> Path:
@@ -85,6 +85,23 @@ def test_prefixes_hold_every_node_up_to_the_kth_weighted_one(tmp_path):
     cuts = prefixes(model, ["conv1", "conv2", "conv3"])
     assert cuts == [["scale_input", "conv1"], ["scale_input", "conv1", "relu1", "conv2"],
                     ["scale_input", "conv1", "relu1", "conv2", "relu2", "conv3"]]
+
+
+def test_the_prefix_limit_counts_the_weights_the_base_quantized():
+    """Half of the quantized nodes' weights: the first two of four MatMuls, though an embedding table the base left
+    float (as dynamic int8 leaves MiniLM's) precedes them and outweighs them all."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((1000, 16)).astype(np.float32), "table")]
+    inits += [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), f"w{i}") for i in range(4)]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["h"], name="embed")]
+    for i in range(4):
+        nodes.append(helper.make_node("MatMul", ["h" if i == 0 else f"m{i - 1}", f"w{i}"], [f"m{i}"], name=f"mm{i}"))
+    graph = helper.make_graph(nodes, "embedded", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch"])],
+                              [helper.make_tensor_value_info("m3", TensorProto.FLOAT, ["batch", 16])], inits)
+    model, weighted = helper.make_model(graph), [f"mm{i}" for i in range(4)]
+    cuts = prefixes(model, weighted)
+    assert cuts[0] == ["embed", "mm0"]
+    assert prefix_limit(model, cuts, weighted) == 2
 
 
 def test_a_float_prefix_repairs_an_input_end_that_keeping_its_conv_float_does_not(tmp_path):

@@ -40,22 +40,36 @@ def exclusion_steps(count: int, limit: int | None = None) -> list[int]:
 def prefixes(model: Any, weighted: Sequence[str], written: Any = None) -> list[list[str]]:
     """For each node of ``weighted``, in graph order, every named node up to it: the k-th is the prefix of k.
 
-    With ``written`` (the base's quantized model), only nodes it still holds, under their name or renamed
-    ``NAME_...`` by the quantizer, are named besides the weighted ones: a strategy's pre-processing folds
-    some away (a ``Shape``), and an exclusion naming a node its model lacks is refused.
+    With ``written`` (the base's quantized model), the other nodes are named only where the base quantized
+    them too: they read a DequantizeLinear (QDQ) or were replaced by ``NAME_...`` (QOperator).  An exclusion
+    must name a node the strategy can quantize: static's pre-processing folds some away (a ``Shape``),
+    dynamic accepts only MatMul/Gemm names, and a node nobody quantized needs no keeping.
     """
     wanted, found, names = set(weighted), [], []
-    held = None if written is None else {n.name for n in written.graph.node if n.name}
-
-    def kept(name: str) -> bool:
-        return held is None or name in wanted or name in held or any(h.startswith(name + "_") for h in held)
+    touched = None if written is None else _quantized_by(written)
 
     for node in model.graph.node:
-        if node.name and kept(node.name):
+        if node.name and (touched is None or node.name in wanted or node.name in touched):
             names.append(node.name)
         if node.name in wanted:
             found.append(list(names))
     return found
+
+
+def _quantized_by(written: Any) -> set[str]:
+    """Names of the nodes a written model quantized: QDQ nodes reading a DequantizeLinear, and replaced ones."""
+    produced = {o: n.op_type for n in written.graph.node for o in n.output}
+    held = {n.name for n in written.graph.node if n.name}
+    reads_dq = {n.name for n in written.graph.node if n.op_type not in {"QuantizeLinear", "DequantizeLinear"}
+                and any(produced.get(i) == "DequantizeLinear" for i in n.input)}
+    replaced = set()
+    for name in held:
+        head, sep, _ = name.rpartition("_")
+        while sep and head:
+            if head not in held:
+                replaced.add(head)
+            head, sep, _ = head.rpartition("_")
+    return reads_dq | replaced
 
 
 def float_bytes(model: Any, nodes: Sequence[str]) -> int:
@@ -77,8 +91,15 @@ def prefix_limit(model: Any, cuts: Sequence[Sequence[str]], weighted: Sequence[s
     nodes and a small share of its weights), so the limit is on bytes, not on the count of nodes.
     """
     total = float_bytes(model, weighted)
-    fits = [k for k, cut in enumerate(cuts, 1) if float_bytes(model, cut) <= PREFIX_SHARE * total]
+    fits = [k for k, cut in enumerate(cuts, 1) if _cost(model, cut, weighted) <= PREFIX_SHARE * total]
     return max(fits, default=1)
+
+
+def _cost(model: Any, cut: Sequence[str], weighted: Sequence[str]) -> int:
+    """What keeping ``cut`` float costs: the weights of its nodes the base quantized (the others stay float anyway:
+    MiniLM's embedding tables, which dynamic int8 leaves alone, would otherwise outweigh every MatMul)."""
+    wanted = set(weighted)
+    return float_bytes(model, [n for n in cut if n in wanted])
 
 
 def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limit: int | None, workers: int | None,
@@ -135,7 +156,7 @@ def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limi
         record["result"] = f"no prefix of up to {len(cuts)} weighted node(s) passes on {where}"
         return None
     nodes = cuts[hi - 1]
-    record |= {"k": hi, "nodes": len(nodes), "float_bytes": float_bytes(model, nodes),
+    record |= {"k": hi, "nodes": len(nodes), "float_bytes": _cost(model, nodes, weighted),
                "last": cuts[hi - 1][-1], "exact": hi - lo <= 1}
     return {"candidate": passing, "k": hi, "float_bytes": record["float_bytes"]}
 
