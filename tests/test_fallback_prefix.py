@@ -186,3 +186,18 @@ def test_fallback_probes_never_see_the_confirm_part(tmp_path):
                               strategies=["static"], metric="cosine_mean", max_drop="1%", data=held,
                               calibration=calibration, runs=2, executor=executor)
     assert any("+prefix" in n for n in _check_select_only(executor, result))
+
+
+def test_mixed_precision_probes_never_see_the_confirm_part(tmp_path):
+    """The per-node sensitivity probes of the mixed-precision plan get the select part's judge too; only the
+    plan's rows are judged on every sample (and reported on the confirm part)."""
+    from test_mixed import fragile_model
+
+    executor = _Recording()
+    model = fragile_model(tmp_path / "fragile.onnx")
+    result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["dynamic", "mixed"], metric="cosine_mean",
+                              max_drop="1%", runs=2, partial=False, executor=executor)
+    assert result.evidence["mixed"]["sensitivity"], result.evidence
+    probes = _check_select_only(executor, result)
+    sensitivity = result.evidence["mixed"]["sensitivity"]
+    assert len(probes) >= sum(len(schemes) for schemes in sensitivity.values()), probes

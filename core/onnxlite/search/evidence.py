@@ -335,7 +335,8 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
     nodes = mixed_nodes(state.fp32)
     probes = [Candidate(f"mixed[{n}={s}]", "mixed", {"default": "float", "assign": (f"{n}={s}",)})
               for n, s in mixed_probes(state.fp32, nodes)]
-    results = run_probes(state, probes, workers, "mixed precision: per-node sensitivity")
+    # measured on the select part's judge: the samples confirming the plan never reach its probes
+    results = run_probes(state, probes, workers, "mixed precision: per-node sensitivity", judge=select_judge(state))
     sensitivity: dict[str, dict[str, float]] = {n: {} for n in nodes}
     for candidate, result in zip(probes, results):
         node, scheme = candidate.options["assign"][0].rsplit("=", 1)
