@@ -144,7 +144,8 @@ def test_digits_cnn_keeps_accuracy_with_static_quantization(tmp_path):
     result = onnxlite.lighten(str(paths["weights"]), tmp_path / "out",
                               model_class=f"{ROOT / 'examples/digits_cnn/digits_cnn.py'}:DigitsNet",
                               inputs=["pixels:float32[batch,1,8,8]"], data=paths["heldout"],
-                              calibration=paths["calibration"], metric="accuracy", max_drop="1%", runs=5)
+                              calibration=paths["calibration"], metric="accuracy", max_drop="1%", runs=5,
+                              objective="size")   # on a 0.25 ms model speed is load noise: dynamic won at load 6
     assert result.winner is not None, result.message
     assert result.winner.strategy == "static"
     assert result.winner.size_bytes * 2 < result.baseline.size_bytes
