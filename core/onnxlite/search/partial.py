@@ -343,7 +343,8 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
                                        f"{FALLBACK_SECONDS:.0f} s); the activation ranking's suspects first"})
     swept = sweep(state, base, spec, nodes, measured, workers, rank, probe_judge)
     state.partial["sweep"] = swept[:20]
-    state.partial["ranked_by"] = f"direct sweep ({rank} on the select part)"
+    where = "the select part" if state.judge.parts else "every held-out sample"
+    state.partial["ranked_by"] = f"direct sweep ({rank} on {where})"
     resorted = [e["node"] for e in swept] + [n for n in suspects if n not in measured]
     found, _ = keep_worst(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2), workers,
                           "sweep", probe_judge, tried={tuple(sorted(order[:k])) for k in exclusion_steps(
