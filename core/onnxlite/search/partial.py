@@ -375,8 +375,9 @@ def _quantized_nodes(float_model: Any, quantized_model: Any) -> list[str]:
 
     from ..claims import node_states
 
+    # at run time: a float conv onnxruntime re-quantizes at session start is quantized where it matters
     states = node_states(onnx.load(str(float_model), load_external_data=False),
-                         onnx.load(str(quantized_model), load_external_data=False))
+                         onnx.load(str(quantized_model), load_external_data=False), at_runtime=True)
     return [n for n, quantized in states.items() if quantized]
 
 
