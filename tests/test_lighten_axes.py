@@ -1,35 +1,10 @@
 """lighten with data whose sample axis only the user's --input names (not the model's own dims)."""
 
-from pathlib import Path
-
 import numpy as np
 
-from conftest import save_graph
-
-
-def _state_model(path: Path) -> Path:
-    """x[batch, 16] and a state ["layers", "frames", 8] whose dims say nothing of its batch (read as axis 0).
-
-    Only ``--input state:float32[2,batch,8]`` says its samples lie on axis 1; the update adds a projection
-    of x to the state, so feeds cut on axis 0 do not run.
-    """
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w"),
-             numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w2"),
-             numpy_helper.from_array(np.array([0], np.int64), "axis0")]
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc"),
-             helper.make_node("MatMul", ["x", "w2"], ["p"], name="proj"),
-             helper.make_node("Unsqueeze", ["p", "axis0"], ["p1"], name="lift"),
-             helper.make_node("Add", ["state", "p1"], ["state_out"], name="update")]
-    graph = helper.make_graph(nodes, "stream",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
-                               helper.make_tensor_value_info("state", TensorProto.FLOAT, ["layers", "frames", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32]),
-                               helper.make_tensor_value_info("state_out", TensorProto.FLOAT,
-                                                             ["layers", "frames", 8])], inits)
-    return save_graph(graph, path)
+# x[batch, 16] and a state ["layers", "frames", 8] whose samples only --input state:float32[2,batch,8] puts
+# on axis 1 (the model's own dims read as axis 0); the state's update only runs on a consistent cut
+from test_providers import _state_on_axis_one_by_the_users_word as _state_model
 
 
 def test_candidates_calibrate_on_the_users_sample_axes(tmp_path):
