@@ -60,7 +60,9 @@ def _quantized_by(written: Any) -> set[str]:
     """Names of the nodes a written model quantized: QDQ nodes reading a DequantizeLinear, and replaced ones."""
     produced = {o: n.op_type for n in written.graph.node for o in n.output}
     held = {n.name for n in written.graph.node if n.name}
-    reads_dq = {n.name for n in written.graph.node if n.op_type not in {"QuantizeLinear", "DequantizeLinear"}
+    from ..ops import QDQ_OPS
+
+    reads_dq = {n.name for n in written.graph.node if n.op_type not in QDQ_OPS
                 and any(produced.get(i) == "DequantizeLinear" for i in n.input)}
     replaced = set()
     for name in held:
