@@ -210,3 +210,17 @@ def test_bad_paths_and_options(tmp_path, digits):
         (tmp_path / "imgs").mkdir()
         pytest.importorskip("PIL.Image").new("L", (8, 8)).save(tmp_path / "imgs" / "a.png")
         load_data(tmp_path / "imgs", TEXT)
+
+
+def test_pick_rows_takes_any_samples_on_each_inputs_own_axis():
+    from onnxlite.data.dataset import concat_rows, pick_rows, take_rows
+
+    feeds = {"x": np.arange(24, dtype=np.float32).reshape(6, 4),
+             "state": np.arange(36, dtype=np.float32).reshape(2, 6, 3), "sr": np.array(16000)}
+    axes = {"state": 1}
+    picked = pick_rows(feeds, [4, 0, 2], axes)
+    one_by_one = concat_rows([take_rows(feeds, i, i + 1, axes) for i in (4, 0, 2)], axes)
+    assert picked.keys() == one_by_one.keys()
+    for name in feeds:
+        np.testing.assert_array_equal(picked[name], one_by_one[name])
+    assert picked["state"].shape == (2, 3, 3) and picked["sr"] is feeds["sr"]

@@ -52,6 +52,18 @@ def take_rows(chunk: Mapping[str, Any], start: int, stop: int | None, axes: Axes
     return out
 
 
+def pick_rows(chunk: Mapping[str, Any], index: Sequence[int], axes: Axes | None = None) -> dict[str, Any]:
+    """Samples ``index`` (any order, any subset) of every input, each on its own sample axis; scalars whole."""
+    import numpy as np
+
+    picked = np.asarray(index, dtype=np.int64)
+    out = {}
+    for name, array in chunk.items():
+        axis = axis_of(name, array, axes)
+        out[name] = array if axis is None else np.take(array, picked, axis=axis)
+    return out
+
+
 def count_rows(chunk: Mapping[str, Any], axes: Axes | None = None) -> int:
     """Samples in a feed dict: the size of the first batched input's sample axis (1 if every input is a scalar)."""
     for name, array in chunk.items():

@@ -274,9 +274,9 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     axes = getattr(state.judge, "batch_axes", None) or None
     feeds = state.judge.feeds
     if select:
-        from ..data.dataset import concat_rows, take_rows
+        from ..data.dataset import pick_rows
 
-        feeds = concat_rows([take_rows(feeds, i, i + 1, axes) for i in select], axes)
+        feeds = pick_rows(feeds, select, axes)
     probe_judge = select_judge(state)
     state.partial = {"tried": True, "why": why, "bases": [r.name for r in bases], "base": bases[0].name,
                      "steps": [], "budget_seconds": FALLBACK_SECONDS,

@@ -92,16 +92,16 @@ def _only(judge: Judge, index: Any) -> tuple[dict[str, Any], dict[str, Any], Any
     """The judge's reference outputs (batch first), inputs (each on its sample axis) and labels at ``index``."""
     import numpy as np
 
-    from ..data.dataset import axis_of
+    from ..data.dataset import pick_rows
 
     count = judge.samples
 
-    def rows(value: Any, axis: int | None = 0) -> Any:
+    def rows(value: Any) -> Any:
         shape = getattr(value, "shape", ())
-        return np.take(value, index, axis=axis) if axis is not None and shape and shape[axis] == count else value
+        return np.take(value, index, axis=0) if shape and shape[0] == count else value
 
     reference = {n: rows(v) for n, v in judge.reference_outputs.items()}
-    feeds = {n: rows(v, axis_of(n, v, judge.batch_axes)) for n, v in judge.feeds.items()}
+    feeds = pick_rows(judge.feeds, index, judge.batch_axes)
     labels = None if judge.labels is None else rows(np.asarray(judge.labels))
     return reference, feeds, labels
 
