@@ -151,7 +151,11 @@ def _on_judge_axes(task: Mapping[str, Any], *paths: Any) -> list[Any]:
     from ..data import load_data
 
     specs = with_batch_axes(specs, axes)
-    return [load_data(p, specs) if isinstance(p, (str, os.PathLike)) else p for p in paths]
+    loaded: dict[str, Any] = {}   # lighten gives one file as both calibration and check data: read it once
+    for path in paths:
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path) not in loaded:
+            loaded[os.fspath(path)] = load_data(path, specs)
+    return [loaded.get(os.fspath(p), p) if isinstance(p, (str, os.PathLike)) else p for p in paths]
 
 
 def run_task(task: Mapping[str, Any]) -> TaskResult:
