@@ -260,6 +260,11 @@ def select_judge(state: Any) -> Any:
     return save_judge(state.judge, state.work / "judge-select", samples=parts.select)
 
 
+def probed_on(state: Any) -> str:
+    """What the fallback's probes are judged on, in words (tables, stages and JSON say it the same way)."""
+    return "the select part" if state.judge.parts else "every held-out sample (no select part)"
+
+
 def passes(result: Any) -> bool:
     """A probe is within every budget of the judge it got."""
     return result.status == "ok" and result.passed is not False
@@ -270,7 +275,7 @@ def confirm(state: Any, candidate: Any, ranking: str, workers: int | None, close
 
     ``closest``: nothing passed, and this is the attempt shown so that the table says how far the repair got.
     """
-    where = "the select part" if state.judge.parts else "the held-out samples"
+    where = probed_on(state)
     what = "the closest attempt, over budget on" if closest else "chosen on"
     state.emit("stage", {"message": f"judging {candidate.name} ({what} {where}, ranked by {ranking}) like any candidate"})
     row = state.run_candidates(workers, [candidate])[0]

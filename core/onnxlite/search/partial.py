@@ -254,7 +254,7 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     """
     from ..registry import get_registry
     from .candidates import Candidate, exclude_option
-    from .evidence import confirm, select_judge
+    from .evidence import confirm, probed_on, select_judge
     from .prefix import exclusion_steps, float_prefix, keep_worst
     from .tasks import default_workers
 
@@ -280,7 +280,7 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     probe_judge = select_judge(state)
     state.partial = {"tried": True, "why": why, "bases": [r.name for r in bases], "base": bases[0].name,
                      "steps": [], "budget_seconds": FALLBACK_SECONDS,
-                     "probes_judged_on": "the select part" if select else "every held-out sample (no select part)"}
+                     "probes_judged_on": probed_on(state)}
     first = None   # (row, spec, ranking) of the first base whose nodes could be ranked: the sweep's base
     closest = None   # the first base's heaviest activation step: judged on the confirm part if nothing passes
     for index, base_row in enumerate(bases):
@@ -343,16 +343,16 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
                                        f"{FALLBACK_SECONDS:.0f} s); the activation ranking's suspects first"})
     swept = sweep(state, base, spec, nodes, measured, workers, rank, probe_judge)
     state.partial["sweep"] = swept[:20]
-    where = "the select part" if state.judge.parts else "every held-out sample"
-    state.partial["ranked_by"] = f"direct sweep ({rank} on {where})"
+    state.partial["ranked_by"] = f"direct sweep ({rank} on {probed_on(state)})"
     resorted = [e["node"] for e in swept] + [n for n in suspects if n not in measured]
     found, _ = keep_worst(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2), workers,
                           "sweep", probe_judge, tried={tuple(sorted(order[:k])) for k in exclusion_steps(
                               len(order), max_float_nodes or max(1, len(order) // 2))})
-    if found is None:
-        _show_closest(state, closest, workers)
-    else:
+    if found is not None:
         confirm(state, found, "sweep", workers)
+    elif closest is not None:
+        # nothing passed: the activation ranking's heaviest attempt is judged as a row (the table shows how far it got)
+        confirm(state, closest, "activations", workers, closest=True)
 
 
 def _sweep_max_nodes() -> int:
@@ -399,10 +399,3 @@ def sweep(state: Any, base: Any, spec: Any, nodes: Sequence[str], measured: Sequ
     ranked.sort(key=lambda e: -e["drop"] if math.isfinite(e["drop"]) else -math.inf)
     return ranked
 
-
-def _show_closest(state: Any, candidate: Any, workers: int | None) -> None:
-    """Nothing passed: the activation ranking's heaviest attempt is judged as a row (the table shows how far it got)."""
-    from .evidence import confirm
-
-    if candidate is not None:
-        confirm(state, candidate, "activations", workers, closest=True)

@@ -120,8 +120,7 @@ def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limi
     import onnx
 
     from .candidates import with_keep_float
-    from .evidence import run_probes
-    from .evidence import passes
+    from .evidence import passes, probed_on, run_probes
 
     model = onnx.load(str(state.fp32), load_external_data=False)
     cuts = prefixes(model, weighted, onnx.load(str(written), load_external_data=False) if written else None)
@@ -130,7 +129,7 @@ def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limi
     cuts = cuts[:max(1, limit or prefix_limit(model, cuts, weighted))]
     record = state.partial.setdefault("prefix", {"base": base.name, "weighted_nodes": len(weighted),
                                                  "limit": len(cuts), "probes": []})
-    where = "the select part" if state.judge.parts else "every held-out sample"
+    where = probed_on(state)
     primary = state.judge.primary
     lo, hi, passing = 0, None, None   # the longest prefix known to fail; the shortest known to pass
     points = [len(cuts)]
