@@ -74,16 +74,24 @@ def _quantized_by(written: Any) -> set[str]:
     return reads_dq | replaced
 
 
-def float_bytes(model: Any, nodes: Sequence[str]) -> int:
-    """Bytes of the float initializers ``nodes`` read (what keeping them in float costs; from dims, no data loaded)."""
-    from onnx import TensorProto, helper
+def float_bytes(model: Any, nodes: Sequence[str], sizes: dict[str, int] | None = None) -> int:
+    """Bytes of the float initializers ``nodes`` read (what keeping them in float costs; from dims, no data loaded).
 
+    ``sizes``: :func:`float_sizes` of ``model``, for a caller asking about many node sets of one model.
+    """
     wanted = set(nodes)
-    sizes = {i.name: math.prod(i.dims) * helper.tensor_dtype_to_np_dtype(i.data_type).itemsize
-             for i in model.graph.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16,
-                                                                 TensorProto.DOUBLE)}
+    sizes = float_sizes(model) if sizes is None else sizes
     read = {i for n in model.graph.node if n.name in wanted for i in n.input if i in sizes}
     return int(sum(sizes[i] for i in read))
+
+
+def float_sizes(model: Any) -> dict[str, int]:
+    """Bytes of each float initializer of ``model``, by name."""
+    from onnx import TensorProto, helper
+
+    return {i.name: math.prod(i.dims) * helper.tensor_dtype_to_np_dtype(i.data_type).itemsize
+            for i in model.graph.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16,
+                                                                TensorProto.DOUBLE)}
 
 
 def prefix_limit(model: Any, cuts: Sequence[Sequence[str]], weighted: Sequence[str]) -> int:
@@ -92,16 +100,17 @@ def prefix_limit(model: Any, cuts: Sequence[Sequence[str]], weighted: Sequence[s
     A CNN's first layers are light (EfficientNet-Lite0's stem and blocks 0-8 hold 27 of its 50 weighted
     nodes and a small share of its weights), so the limit is on bytes, not on the count of nodes.
     """
-    total = float_bytes(model, weighted)
-    fits = [k for k, cut in enumerate(cuts, 1) if _cost(model, cut, weighted) <= PREFIX_SHARE * total]
+    sizes = float_sizes(model)   # once: a CNN has about 50 cuts
+    total = float_bytes(model, weighted, sizes)
+    fits = [k for k, cut in enumerate(cuts, 1) if _cost(model, cut, weighted, sizes) <= PREFIX_SHARE * total]
     return max(fits, default=1)
 
 
-def _cost(model: Any, cut: Sequence[str], weighted: Sequence[str]) -> int:
+def _cost(model: Any, cut: Sequence[str], weighted: Sequence[str], sizes: dict[str, int] | None = None) -> int:
     """What keeping ``cut`` float costs: the weights of its nodes the base quantized (the others stay float anyway:
     MiniLM's embedding tables, which dynamic int8 leaves alone, would otherwise outweigh every MatMul)."""
     wanted = set(weighted)
-    return float_bytes(model, [n for n in cut if n in wanted])
+    return float_bytes(model, [n for n in cut if n in wanted], sizes)
 
 
 def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limit: int | None, workers: int | None,
@@ -177,12 +186,13 @@ def keep_worst(state: Any, base: Any, spec: Any, order: Sequence[str], limit: in
 
     primary = state.judge.primary
     model = onnx.load(str(state.fp32), load_external_data=False) if max_bytes is not None else None
+    sizes = float_sizes(model) if model is not None else None
     last = None
     for k in exclusion_steps(len(order), limit):
         if tuple(sorted(order[:k])) in tried:
             continue
         candidate = with_keep_float(base, spec, order[:k])
-        if model is not None and float_bytes(model, order[:k]) >= max_bytes:
+        if model is not None and float_bytes(model, order[:k], sizes) >= max_bytes:
             state.partial["steps"].append({"keep_float": k, "name": candidate.name, "status": "not tried",
                                            "drop": None, "ranked_by": ranking,
                                            "reason": "no lighter than the float prefix that passed"})
