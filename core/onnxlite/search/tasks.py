@@ -240,6 +240,8 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
             while pending and len(running) < max(1, workers):
                 index, task = pending.pop(0)
                 spec_file, result_file = folder / f"task{index}.json", folder / f"result{index}.json"
+                # a later batch of probes reuses the folder: an earlier batch's result must never stand in for this one
+                result_file.unlink(missing_ok=True)
                 spec_file.write_text(json.dumps(task, indent=2, default=str))
                 log = open(folder / f"task{index}.log", "w+")
                 if on_start:
