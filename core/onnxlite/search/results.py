@@ -109,10 +109,11 @@ def _ratio(before: float | None, after: float | None) -> str:
 
 
 def _speed(before: float, after: float) -> str:
-    """``2.10x faster than`` or ``1.23x slower than`` (never "0.81x faster")."""
+    """``2.10x faster than``, ``1.23x slower than`` (never "0.81x faster") or ``the same speed as``."""
     from ..report.text import speed_change
 
-    return speed_change(before, after) + " than"
+    change = speed_change(before, after)
+    return "the same speed as" if change == "same speed" else change + " than"
 
 
 def _why_won(row: CandidateRow, baseline: CandidateRow, objective: str,
