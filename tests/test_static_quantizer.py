@@ -318,3 +318,43 @@ def test_an_exclusion_onnxruntime_would_undo_is_not_reported_as_float(tmp_path):
     _, optimized = _session(output, tmp_path)
     name = next(n.name for n in optimized.graph.node if "depthwise" in n.name and n.op_type == "Conv")
     assert not _runs_float(optimized, name)
+
+
+class ClippedConv(torch.nn.Module):
+    """A conv whose outputs span about -30..30, then ReLU6: the int8 range that matters is 0..6."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        with torch.no_grad():
+            self.conv.weight.mul_(40.0)
+
+    def forward(self, x):
+        return torch.nn.functional.relu6(self.conv(x)).mean((2, 3))
+
+
+def test_op_types_conv_quantizes_the_conv_over_its_clipped_range(tmp_path):
+    """op_types=Conv brings the Clip after it: onnxruntime then folds the Clip and the conv's output takes 0..6."""
+    import onnx
+    from onnx import numpy_helper
+
+    torch.manual_seed(0)
+    model = tmp_path / "clipped.onnx"
+    torch.onnx.export(ClippedConv().eval(), (torch.rand(2, 1, 8, 8),), str(model), input_names=["pixels"],
+                      output_names=["out"], dynamic_axes={"pixels": {0: "batch"}, "out": {0: "batch"}},
+                      opset_version=17, dynamo=False)
+    images = np.random.default_rng(0).random((32, 1, 8, 8), dtype=np.float32) * 2 - 1
+    output = tmp_path / "clipped.int8.onnx"
+    outcome, _ = _quantize(model, output, {"op_types": ("Conv",)}, [{"pixels": images}])
+    written = onnx.load(str(output))
+    consts = {i.name: numpy_helper.to_array(i) for i in written.graph.initializer}
+    conv = next(n for n in written.graph.node if n.op_type == "Conv")
+    # the QuantizeLinear reading the conv's output (the Clip is gone: its range is the Q's)
+    (q,) = [n for n in written.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == conv.output[0]]
+    assert float(consts[q.input[1]]) <= 6 / 255 * 1.01
+    assert not any(n.op_type == "Clip" for n in written.graph.node)
+    session = ort.InferenceSession(str(output), providers=["CPUExecutionProvider"])
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    held_out = {"pixels": images[:8]}
+    assert np.abs(session.run(None, held_out)[0] - reference.run(None, held_out)[0]).max() < 0.1
+    assert outcome.details["op_types_quantized"] == ["Conv", "Clip", "Relu"]

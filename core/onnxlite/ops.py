@@ -25,6 +25,9 @@ set                        what it holds
                            ``DynamicQuantizeLinear``): QDQ names them after *tensors*, so one
                            next to a float node is no evidence that the node was quantized
 ``QUANTIZED_OPS``          ``REPLACEMENT_OPS | QDQ_OPS``: appears only in a quantized model
+``RANGE_ACTIVATIONS``      activations that only clip a range (``Relu``, ``Clip``): onnxruntime's
+                           QDQ quantizer folds one into the quantized node before it, which then
+                           takes the clipped range, but only when the activation is quantized too
 =========================  ================================================================
 """
 
@@ -53,6 +56,8 @@ REPLACEMENT_OPS = INTEGER_OPS | BLOCK_OPS
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "DequantizeBFP"})
 QUANTIZED_OPS = REPLACEMENT_OPS | QDQ_OPS
+
+RANGE_ACTIVATIONS = frozenset({"Relu", "Clip"})
 
 
 def is_qoperator(op_type: str) -> bool:
