@@ -165,6 +165,8 @@ def weight_bias_quantization_inputs(model: onnx.ModelProto) -> dict[str, onnx.No
     """
     from onnx import TensorProto
 
+    from .ops import RANGE_ACTIVATIONS
+
     graph = model.graph
     outputs = {o.name for o in graph.output}
     shapes = {i.name: (tuple(i.dims), i.data_type) for i in graph.initializer}
@@ -195,7 +197,7 @@ def weight_bias_quantization_inputs(model: onnx.ModelProto) -> dict[str, onnx.No
                 continue
             if user.op_type == "QuantizeLinear":
                 return True
-            if user.op_type not in ("Relu", "Clip") or len(user.output) != 1:
+            if user.op_type not in RANGE_ACTIVATIONS or len(user.output) != 1:
                 return False
             name = user.output[0]
 

@@ -27,7 +27,8 @@ set                        what it holds
 ``QUANTIZED_OPS``          ``REPLACEMENT_OPS | QDQ_OPS``: appears only in a quantized model
 ``RANGE_ACTIVATIONS``      activations that only clip a range (``Relu``, ``Clip``): onnxruntime's
                            QDQ quantizer folds one into the quantized node before it, which then
-                           takes the clipped range, but only when the activation is quantized too
+                           takes the clipped range, but only when the activation is quantized too;
+                           its ``WeightBiasQuantization`` pass looks through them to the Q
 =========================  ================================================================
 """
 

@@ -84,6 +84,7 @@ def _memory_bound(prepared_proto: Any, calibration: Any, batch_size: int, chunk:
               "limited": fits < max(batch_size, chunk)}
     return min(batch_size, fits), min(chunk, fits), record
 
+
 def _input_channels(node: Any, inits: Mapping[str, Any]) -> tuple[int, int] | None:
     """(axis, size) of the channel axis of ``node``'s input 0, read from its weight's shape."""
     weight = inits.get(node.input[1])
@@ -270,6 +271,7 @@ class StaticQuantizer:
                 # ORT wants the count to divide by the stride; our reader clamps the last stride.
                 reader._count = -(-batches // chunk_batches) * chunk_batches
                 extra["CalibStridedMinMax"] = chunk_batches
+            op_types = with_range_activations(opts["op_types"])
             activation = QuantType[TYPES[opts["activation_type"]]]
             weight = QuantType[TYPES[opts["weight_type"]]]
             if "16" in opts["activation_type"] or "16" in opts["weight_type"]:
@@ -290,7 +292,7 @@ class StaticQuantizer:
                     quantize_static(
                         str(prepared), str(quantized), reader,
                         quant_format=QuantFormat.QDQ if opts["format"] == "QDQ" else QuantFormat.QOperator,
-                        op_types_to_quantize=with_range_activations(opts["op_types"]) or None,
+                        op_types_to_quantize=op_types or None,
                         per_channel=bool(per_channel),
                         reduce_range=bool(opts["reduce_range"]),
                         activation_type=activation,
@@ -329,8 +331,8 @@ class StaticQuantizer:
             # excluded nodes given their own per-axis input DequantizeLinear, so onnxruntime keeps them float
             "float_input_dequantize": rewritten,
         }
-        if opts["op_types"]:
-            outcome.details["op_types_quantized"] = with_range_activations(opts["op_types"])
+        if op_types:
+            outcome.details["op_types_quantized"] = op_types
         if method == "Percentile":
             outcome.details["percentile"] = float(opts["percentile"])
         outcome.notes.append(f"calibrated with {method} on {outcome.details['calibration_samples']} samples")
