@@ -281,7 +281,8 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     state.partial = {"tried": True, "why": why, "bases": [r.name for r in bases], "base": bases[0].name,
                      "steps": [], "budget_seconds": FALLBACK_SECONDS,
                      "probes_judged_on": probed_on(state)}
-    first = None   # (row, spec, ranking) of the first base whose nodes could be ranked: the sweep's base
+    first = None   # (row, spec, ranking, its quantized nodes) of the first base whose nodes could be ranked:
+    #                the sweep's base
     closest = None   # the first base's heaviest activation step: judged on the confirm part if nothing passes
     for index, base_row in enumerate(bases):
         cost = max(base_row.quantize_seconds or 0.0, 1e-3)
@@ -294,7 +295,7 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
             continue
         spec = registry.get("quantizer", base_row.strategy).spec
         base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
-        weighted = _quantized_nodes(state.fp32, base_row.path)
+        weighted = _quantized_nodes(state.fp32, base_row.path)   # the prefix's and the sweep's nodes
         state.emit("stage", {"message": f"{why if not index else 'next base'}; "
                                         f"trying a float prefix of {base_row.name}"})
         prefix = float_prefix(state, base, spec, weighted, max_float_nodes, workers, clock, cost, probe_judge,
@@ -305,7 +306,7 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
         ranked = rank_nodes(state.fp32, base_row.path, feeds_for_ranking(feeds, axes), state.settings.threads, axes)
         if ranked:
             if first is None:
-                first = (base_row, spec, ranked)
+                first = (base_row, spec, ranked, weighted)
             state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
             # Keeping every node in float would just be the float model again: stop at half of them; after a
             # prefix that passed, only repairs keeping fewer float bytes than it are worth a probe.
@@ -324,13 +325,13 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
         return
     # Activation matching ranked badly (its worst nodes in float did not reach the budget): measure each
     # node's own drop directly, on the first base (the least to repair), and try again in that order.
-    base_row, spec, ranked = first
+    base_row, spec, ranked, weighted = first
     state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
     base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
     order = [r.node for r in ranked]
     # The sweep covers every node the written model really has quantized (onnxlite.claims), not only the ones
     # whose activations could be matched; the suspects (activation order) are measured first.
-    nodes = _quantized_nodes(state.fp32, base_row.path) or order
+    nodes = weighted or order
     suspects = [n for n in order if n in nodes] + [n for n in nodes if n not in order]
     cost = max(base_row.quantize_seconds or 0.0, 1e-3)
     fits = clock.probes(cost)
