@@ -87,29 +87,36 @@ def example(path: Path = EXAMPLE):
     return module
 
 
-def check_installed(path: Path = EXAMPLE) -> None:
-    requires = example(path).REQUIRES
+def check_installed(net: Any) -> None:
+    """Exit with the install line when a package the example ``net`` needs is missing."""
+    requires = net.REQUIRES
     missing = [m for m in requires if importlib.util.find_spec(m) is None]
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: {'; '.join(sorted({requires[m] for m in missing}))}")
 
 
-def plain_static(fp32: Path, target: Path, calibration: Path, name: str = "pixels") -> None:
-    """``quantize_static`` with every option at its default, fed the calibration views one by one."""
-    import numpy as np
-    from onnxruntime.quantization import CalibrationDataReader, quantize_static
-
-    with np.load(calibration) as npz:
-        views = npz[name]
+def reader(views: Any, batch: int = 1, name: str = "pixels") -> Any:
+    """An onnxruntime calibration reader over ``views``, ``batch`` at a time, fed as input ``name``."""
+    from onnxruntime.quantization import CalibrationDataReader
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self.items = iter([{name: views[i:i + 1]} for i in range(len(views))])
+            self.items = iter([{name: views[i:i + batch]} for i in range(0, len(views), batch)])
 
         def get_next(self):
             return next(self.items, None)
 
-    quantize_static(str(fp32), str(target), Reader())
+    return Reader()
+
+
+def plain_static(fp32: Path, target: Path, calibration: Path, name: str = "pixels") -> None:
+    """``quantize_static`` with every option at its default, fed the calibration views one by one."""
+    import numpy as np
+    from onnxruntime.quantization import quantize_static
+
+    with np.load(calibration) as npz:
+        views = npz[name]
+    quantize_static(str(fp32), str(target), reader(views, 1, name))
 
 
 def views_of(scores: dict[str, dict[str, Any]]) -> int:
@@ -127,8 +134,7 @@ def probe(args: argparse.Namespace) -> None:
     import numpy as np
     import onnx
     import onnxruntime as ort
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     import onnxlite
@@ -153,13 +159,6 @@ def probe(args: argparse.Namespace) -> None:
                 or any(n.name.startswith(f"/model/_blocks.{b}/") for b in range(blocks))]
     calibration = np.load(parts["calibration"])["pixels"]
 
-    class Reader(CalibrationDataReader):
-        def __init__(self, batch: int) -> None:
-            self.items = iter([{"pixels": calibration[i:i + batch]} for i in range(0, len(calibration), batch)])
-
-        def get_next(self):
-            return next(self.items, None)
-
     variants: dict[str, dict[str, Any]] = {
         "QDQ MinMax": {},
         "QDQ Percentile": {"method": "Percentile"},
@@ -181,7 +180,7 @@ def probe(args: argparse.Namespace) -> None:
         target = work / (name.replace(" ", "_") + ".onnx")
         method = o.get("method", "MinMax")
         log(f"quantize_static: {name}")
-        quantize_static(str(pre), str(target), Reader(16 if method == "MinMax" else 1),
+        quantize_static(str(pre), str(target), reader(calibration, 16 if method == "MinMax" else 1),
                         quant_format=o.get("format", QuantFormat.QDQ), per_channel=True,
                         reduce_range=o.get("reduce_range", False), weight_type=QuantType.QInt8,
                         activation_type=o.get("activation_type", QuantType.QUInt8),
@@ -248,7 +247,7 @@ def weight_error(args: argparse.Namespace) -> None:
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     import onnxlite
@@ -262,15 +261,8 @@ def weight_error(args: argparse.Namespace) -> None:
     quant_pre_process(str(fp32), str(pre), auto_merge=True)
     calibration = np.load(parts["calibration"])["pixels"]
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter([{"pixels": calibration[i:i + 16]} for i in range(0, len(calibration), 16)])
-
-        def get_next(self):
-            return next(self.items, None)
-
     log("quantize_static: per-channel QDQ (lighten's static candidate), to read its int8 weights")
-    quantize_static(str(pre), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quantize_static(str(pre), str(qdq), reader(calibration, 16), quant_format=QuantFormat.QDQ, per_channel=True,
                     weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
     # onnxruntime's own rounding, read back from the file: DequantizeLinear(q, scale, zero point) per channel
     quantized = onnx.load(str(qdq)).graph
@@ -351,7 +343,8 @@ def main() -> None:
                         help="which layers' int8 weights alone cost accuracy (no lighten, about a minute)")
     parser.add_argument("--top", type=int, default=8, help="--weight-error: how many single layers to print")
     args = parser.parse_args()
-    check_installed(MODELS[args.model])
+    net = example(MODELS[args.model])
+    check_installed(net)
     if (args.probe or args.weight_error) and args.model != "lite0":
         parser.error("--probe and --weight-error study EfficientNet-Lite0 only (--model lite0)")
     if args.probe:
@@ -368,7 +361,6 @@ def main() -> None:
     from onnxlite.runtime import SessionSettings
     from onnxlite.stats import rate_interval
 
-    net = example(MODELS[args.model])
     work = Path(args.workdir or (REPO / "cnn_work" / args.model))
     work.mkdir(parents=True, exist_ok=True)
     parts = net.write(work)

