@@ -30,6 +30,20 @@ def save_graph(graph, path: Path, opset: int = 17, ir_version: int = 8, *, exter
     return Path(path)
 
 
+def basic_optimized(path: Path, folder: Path, disabled=()):
+    """A default CPU session of ``path`` and the graph it runs at the basic level (where WeightBiasQuantization
+    runs), read back from onnxruntime's optimised model; ``disabled``: optimizers the session turns off."""
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=list(disabled))
+    return session, onnx.load(options.optimized_model_filepath)
+
+
 @pytest.fixture
 def fresh_plugins(monkeypatch):
     """Forget cached plugins before and after a test that changes the environment."""

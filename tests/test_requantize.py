@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import save_graph
+from conftest import basic_optimized, save_graph
 from onnxlite.claims import check_claims, node_states, weight_bias_quantization_inputs
 
 ort = pytest.importorskip("onnxruntime")
@@ -83,11 +83,7 @@ def _branches() -> onnx.GraphProto:
 
 def _given_int8_weights(path, tmp_path) -> set[str]:
     """The float nodes whose weight onnxruntime (basic level) put behind a DequantizeLinear."""
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    optimized = onnx.load(so.optimized_model_filepath)
+    _, optimized = basic_optimized(path, tmp_path)
     produced_by = {o: n for n in optimized.graph.node for o in n.output}
     return {n.name for n in optimized.graph.node if n.op_type in ("Conv", "ConvTranspose", "Gemm")
             and getattr(produced_by.get(n.input[1]), "op_type", None) == "DequantizeLinear"}

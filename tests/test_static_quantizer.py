@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import basic_optimized
+
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 datasets = pytest.importorskip("sklearn.datasets")
@@ -262,18 +264,6 @@ def _depthwise_model(folder, opset):
     return path
 
 
-def _session(path, tmp_path, disabled=()):
-    """A default session, and the optimised graph it runs (basic level: where WeightBiasQuantization runs)."""
-    import onnx
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
-                                   disabled_optimizers=list(disabled))
-    return session, onnx.load(options.optimized_model_filepath)
-
-
 def _runs_float(optimized, name):
     """Whether ``name`` still reads a float initializer as its weight once onnxruntime has optimised the graph."""
     node = next(n for n in optimized.graph.node if n.name == name)
@@ -297,9 +287,9 @@ def test_an_excluded_conv_between_quantized_ones_runs_in_float(tmp_path, fmt):
     assert outcome.details["float_input_dequantize"] == [conv] and not warnings
     written = load_model(output)
     assert not weight_bias_quantization_inputs(written)
-    session, optimized = _session(output, tmp_path)
+    session, optimized = basic_optimized(output, tmp_path)
     assert _runs_float(optimized, conv)
-    reference, _ = _session(output, tmp_path, disabled=["WeightBiasQuantization"])
+    reference, _ = basic_optimized(output, tmp_path, disabled=["WeightBiasQuantization"])
     held_out = {"pixels": images[32:]}
     np.testing.assert_allclose(session.run(None, held_out)[0], reference.run(None, held_out)[0], rtol=0, atol=1e-6)
 
@@ -315,7 +305,7 @@ def test_an_exclusion_onnxruntime_would_undo_is_not_reported_as_float(tmp_path):
     assert outcome.excluded_nodes == []
     (warning,) = [w for w in warnings if "WeightBiasQuantization" in w]
     assert "depthwise" in warning and "not kept in float" in warning
-    _, optimized = _session(output, tmp_path)
+    _, optimized = basic_optimized(output, tmp_path)
     name = next(n.name for n in optimized.graph.node if "depthwise" in n.name and n.op_type == "Conv")
     assert not _runs_float(optimized, name)
 
