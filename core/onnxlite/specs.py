@@ -191,6 +191,11 @@ class QuantizerSpec(Spec):
     A search on a provider other than the CPU skips a candidate whose format
     the provider does not run fast, unless the strategy is named.  None:
     unknown, always tried.
+    ``isa_grid``: more option sets, tried only when int8 kernels can saturate (x86 without VNNI, here or on
+    ``--target-cpu``; see :mod:`onnxlite.hardware`): variants whose integer math cannot saturate.
+    ``saturation_free(options)``: whether the strategy's integer math with these option values (defaults
+    filled in) cannot saturate; when the target CPU's int8 answers differ from this machine's, a search
+    tries only the candidates for which it says True.  None: the strategy runs no int8 kernels.
     """
 
     kind: ClassVar[str] = "quantizer"
@@ -203,6 +208,8 @@ class QuantizerSpec(Spec):
     avoid: tuple[str, ...] = ()
     skip_reason: Callable[[Any], str | None] | None = None
     output_format: str | Callable[[Mapping[str, Any]], str | None] | None = None
+    isa_grid: tuple[Mapping[str, Any], ...] = ()
+    saturation_free: Callable[[Mapping[str, Any]], bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,8 @@ class BenchResult:
     batch: int
     seq_len: int
     settings: dict[str, Any] = field(default_factory=dict)
+    #: the CPU it was measured on (onnxlite.hardware.Hardware.to_dict())
+    hardware: dict[str, Any] = field(default_factory=dict)
 
     def ratios(self) -> list[dict[str, float | None]]:
         """Against the first model: ``size`` and ``memory`` (smaller is below 1), ``speedup`` (faster is above 1)."""
@@ -86,6 +88,7 @@ class BenchResult:
             "batch": self.batch,
             "seq_len": self.seq_len,
             "settings": self.settings,
+            "hardware": self.hardware,
             "baseline": self.rows[0].name if self.rows else None,
             "models": [row.to_dict(latencies) | {"ratios": r} for row, r in zip(self.rows, self.ratios())],
             "schedule": [list(turn) for turn in self.schedule],
@@ -183,8 +186,11 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
                 worker.close()
     for row in rows:
         _summarize(row, batch)
+    from ..hardware import detect
+
     return BenchResult(rows=rows, schedule=schedule, batch=batch, seq_len=seq_len,
-                       settings=_describe(settings, runs, warmup, seconds, data, feeds is not None))
+                       settings=_describe(settings, runs, warmup, seconds, data, feeds is not None, paths),
+                       hardware=detect(settings.provider).to_dict())
 
 
 def _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn) -> None:
@@ -265,8 +271,11 @@ def _batch_sizes(feeds: Mapping[str, Any], axes: Mapping[str, int | None]) -> se
             if (axis := axis_of(name, v, axes)) is not None}
 
 
-def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_feeds: bool) -> dict[str, Any]:
+def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_feeds: bool,
+              paths: Sequence[Path] = ()) -> dict[str, Any]:
     import onnxruntime as ort
+
+    from ..hardware import measured_here
 
     return {
         "provider": settings.provider,
@@ -280,6 +289,7 @@ def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_f
         "onnxruntime": ort.__version__,
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
         "python": platform.python_version(),
+        **measured_here(paths, settings.provider),
     }
 
 

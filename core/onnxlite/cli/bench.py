@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from ..errors import OnnxliteError
-from .common import console, emit_json, is_tty, json_option, option_pairs, session_options, session_settings
+from .common import (console, emit_json, is_tty, json_option, option_pairs, session_options, session_settings,
+                     warn_isa)
 
 
 @click.command(short_help="Latency, throughput, memory and size of ONNX models, interleaved.")
@@ -51,6 +52,7 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
         result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=runs, warmup=warmup, seconds=seconds,
                            settings=settings, data=data, data_options=option_pairs(data_options, "--data-option"),
                            names=list(names) or None, progress=update)
+    warn_isa(result.settings)
     report = result.to_report(title)
     written = write_report(report, report_dir) if report_dir else {}
     if as_json:

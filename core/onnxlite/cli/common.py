@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -91,3 +91,9 @@ def session_settings(provider: str, threads: int | None, graph_optimization: str
 
 def is_tty() -> bool:
     return sys.stderr.isatty()
+
+
+def warn_isa(settings: Mapping[str, Any]) -> None:
+    """The one line bench and compare print when a model was judged on a CPU kind whose int8 answers differ."""
+    if settings.get("isa_warning"):
+        click.echo(f"warning: {settings['isa_warning']}", err=True)

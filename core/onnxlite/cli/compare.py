@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .common import json_option, session_options, session_settings, source_options
+from .common import (
+    json_option,
+    session_options,
+    session_settings,
+    source_options,
+    warn_isa,
+)
 
 
 @click.command(short_help="Accuracy of candidates against the source; --max-drop for CI.")
@@ -53,9 +59,9 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     1 - value for similarities and agreements, reference minus candidate for
     accuracy, and the value itself for absolute differences (docs/metrics.md).
     """
-    from ..evaluation.compare import compare as run_compare
     from rich.markup import escape
 
+    from ..evaluation.compare import compare as run_compare
     from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
@@ -70,6 +76,7 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
                              batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
                              seed=seed, confidence=confidence, progress=lambda msg: status.update(f"{msg}..."))
     result.reference = reference   # a reference loaded here is named by what the user typed
+    warn_isa(result.settings)
     paths = None
     if report_dir:
         from ..report.files import write_report

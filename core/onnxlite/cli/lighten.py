@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..hardware import TARGET_CHOICES
 from .common import json_option, session_options, session_settings, source_options, target_runtime_option
 from .executor_options import executor_from, executor_options
 
@@ -41,6 +42,9 @@ from .executor_options import executor_from, executor_options
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Candidates quantized at once (default: bounded by cores and memory).")
 @click.option("--no-partial", is_flag=True, help="Do not fall back to partial quantization when nothing fits.")
+@click.option("--target-cpu", metavar="KIND", default=None,
+              help=f"The CPU the model will run on, when not this one ({', '.join(TARGET_CHOICES)}): where its "
+                   "int8 kernels answer differently from this machine's, only saturation-free int8 variants are tried.")
 @source_options()
 @executor_options
 @session_options
@@ -51,7 +55,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             calibration_options: tuple[str, ...], strategies: str | None, recipe: str | None, objective: str | None,
             force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None,
             framework_options: tuple[str, ...], batch: int | None,
-            runs: int, workers: int | None, no_partial: bool, provider: str, threads: int | None,
+            runs: int, workers: int | None, no_partial: bool, target_cpu: str | None, provider: str, threads: int | None,
             graph_optimization: str, execution_mode: str, target_runtime: str | None, as_json: bool,
             **executor: Any) -> None:
     """Find the smallest, fastest model that stays within an accuracy budget.
@@ -77,7 +81,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             settings=settings, strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
             partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
-            confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime)
+            confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime,
+            target_cpu=target_cpu)
     if as_json:
         from .common import emit_json
 

@@ -47,6 +47,8 @@ class CompareResult:
     unresolved: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: one line per unresolvable budget, for the table and the report
     notes: list[str] = field(default_factory=list)
+    #: the CPU it was judged on (onnxlite.hardware.Hardware.to_dict())
+    hardware: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool | None:
@@ -64,6 +66,7 @@ class CompareResult:
             "reference_metrics": _clean(self.reference_metrics), "metrics": self.metrics,
             "candidates": [c.to_dict() for c in self.candidates], "passed": self.passed,
             "confidence": self.confidence, "unresolved": dict(self.unresolved), "notes": list(self.notes),
+            "hardware": dict(self.hardware),
         }
 
     def to_report(self) -> Report:
@@ -143,6 +146,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     None judges by the measured drop alone.  ``placement``: report nodes that
     fall back to the CPU (default: whenever ``settings`` asks for a non-CPU provider).
     """
+    from ..hardware import detect, measured_here
     from ..modelio import check_model, model_size
     from ..runtime import SessionSettings, resolve_providers
 
@@ -180,9 +184,11 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
                          framework=judge.framework, primary_metric=judge.primary,
                          reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
                          samples=judge.samples, data=judge.data_description,
-                         settings=settings.to_dict() | {"batch_size": judge.batch_size},
+                         settings=settings.to_dict() | {"batch_size": judge.batch_size}
+                         | measured_here(candidates, settings.provider),
                          reference_size_bytes=ref_size, confidence=confidence,
-                         unresolved={k: v.to_dict() for k, v in unresolved.items()}, notes=notes)
+                         unresolved={k: v.to_dict() for k, v in unresolved.items()}, notes=notes,
+                         hardware=detect(settings.provider).to_dict())
 
 
 def _set_confidence(judge: Judge, confidence: float | None) -> tuple[dict[str, Any], list[str]]:

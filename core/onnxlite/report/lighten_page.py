@@ -313,6 +313,7 @@ def _environment(report: Report) -> str:
                                    ("python", env.get("python")), ("CPU", env.get("cpu")),
                                    ("instruction sets", ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in flags.items())
                                     or "unknown (no /proc/cpuinfo)"),
+                                   ("ISA (judged and timed on)", env.get("isa")), ("target CPU", env.get("target_cpu")),
                                    ("cores", env.get("cores")), ("threads", env.get("threads")),
                                    ("command", env.get("command"))]
     items = "".join(f"<dt>{escape(k)}</dt><dd>{'<code>' + escape(str(v)) + '</code>' if k == 'command' else escape(str(v))}"

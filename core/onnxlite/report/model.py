@@ -159,13 +159,17 @@ def _jsonable(value: Any) -> Any:
 
 
 
-def environment(threads: int | None = None, command: list[str] | None = None) -> dict[str, Any]:
+def environment(threads: int | None = None, command: list[str] | None = None,
+                target_cpu: str | None = None) -> dict[str, Any]:
     """What the figures were measured on: package versions, the CPU with the instruction sets quantized
-    kernels use (AVX2, AVX-512, VNNI, AMX), cores, threads and the exact command line."""
+    kernels use (AVX2, AVX-512, VNNI, AMX; :mod:`onnxlite.hardware`), its short ISA name and whether its
+    int8 kernels can saturate, the ``--target-cpu`` kind, cores, threads and the exact command line."""
     import platform
     import shlex
     import sys
     from importlib.metadata import PackageNotFoundError, version
+
+    from ..hardware import detect
 
     versions = {}
     for name in ("onnxlite", "onnxruntime", "onnx", "torch", "tensorflow", "tensorflow-cpu", "transformers"):
@@ -173,20 +177,12 @@ def environment(threads: int | None = None, command: list[str] | None = None) ->
             versions[name] = version(name)
         except PackageNotFoundError:
             continue
-    cpu, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and cpu in ("", platform.machine(), platform.processor()):
-                    cpu = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
+    here = detect()
+    flags = set(here.flags)
     wanted = [("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AVX-512 VNNI", "avx512_vnni"), ("AVX-VNNI", "avx_vnni"),
-              ("AMX", "amx_tile")]
-    return {"versions": versions, "python": platform.python_version(), "cpu": cpu,
+              ("AMX", "amx_int8")] if here.arch == "x86_64" else [("dot product", "asimddp"), ("i8mm", "i8mm")]
+    return {"versions": versions, "python": platform.python_version(), "cpu": here.cpu,
             "cpu_flags": {label: flag in flags for label, flag in wanted} if flags else {},
+            "isa": f"{here.isa} ({here.kernels})", **({"target_cpu": target_cpu} if target_cpu else {}),
             "cores": os.cpu_count(), "threads": threads if threads else "onnxruntime default",
             "command": shlex.join(command if command is not None else sys.argv)}

@@ -103,8 +103,47 @@ def _fast_formats(provider: str) -> tuple[str, ...]:
         return ()
 
 
+def int8_portable(spec: Any, options: Mapping[str, Any]) -> bool:
+    """The strategy's own word that these options cannot saturate (no word: it runs no int8 kernels)."""
+    check = getattr(spec, "saturation_free", None)
+    if check is None:
+        return True
+    from ..hardware import options_of
+
+    try:
+        return bool(check(options_of(spec, options)))
+    except Exception:  # noqa: BLE001 - a third party's check must not stop the search
+        return True
+
+
+def isa_grid(spec: Any, here: Any, target: Any = None) -> tuple[tuple[Mapping[str, Any], ...], str | None]:
+    """The option sets to try on this ISA (and ``target``'s), and why some were left out (None: none were).
+
+    Where int8 kernels can saturate, here or on the target, the saturation-free ``isa_grid`` is added;
+    where the two CPUs' int8 answers differ, only saturation-free sets are kept, so the answers judged
+    here are the ones the target gives.
+    """
+    from ..hardware import answers_differ
+
+    grid = tuple(spec.grid or ({},))
+    if here is None:
+        return grid, None
+    if here.int8_saturates or (target is not None and target.int8_saturates):
+        grid += tuple(getattr(spec, "isa_grid", ()) or ())
+    if target is None or not answers_differ(here, target):
+        return grid, None
+    kept = tuple(o for o in grid if int8_portable(spec, o))
+    if len(kept) == len(grid):
+        return grid, None
+    saturating = here if here.int8_saturates else target
+    return kept, (f"its int8 kernels saturate on {saturating.isa} and not on "
+                  f"{(target if saturating is here else here).isa}: the answers judged on {here.isa} (this machine) "
+                  f"would not be the ones {target.isa} (--target-cpu) gives; only its saturation-free variants are tried")
+
+
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
-                     provider: str = "cpu", generated_calibration: bool = False) -> tuple[list[Candidate], list[Skipped]]:
+                     provider: str = "cpu", generated_calibration: bool = False,
+                     hardware: Any = None, target: Any = None) -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
 
     ``strategies`` limits the search to those names (then a GPU-only strategy
@@ -115,7 +154,8 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
     on the CPU too: they are cheap, halve the size, and on recurrent or
     mixed-range models they keep answers that int8 loses (issue 12).  On a provider other than the CPU, a
     candidate whose format (``output_format``) the provider does not declare
-    among its ``fast_formats`` is skipped unless its strategy is named.
+    among its ``fast_formats`` is skipped unless its strategy is named.  ``hardware`` (this machine) and
+    ``target`` (``--target-cpu``, :mod:`onnxlite.hardware` records) shape each grid (:func:`isa_grid`).
     """
     from ..graph_family import as_model, matches, model_family
     from ..registry import get_registry
@@ -146,7 +186,10 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
             skipped.append(Skipped(spec.name, reason))
             continue
         seen = set()
-        for options in spec.grid or ({},):
+        grid, left_out = isa_grid(spec, hardware, target)
+        if left_out:
+            skipped.append(Skipped(f"{spec.name} (saturating variants)", left_out))
+        for options in grid:
             key = json.dumps(dict(options), sort_keys=True, default=str)
             if key in seen or not _ops_present(options, ops):
                 continue

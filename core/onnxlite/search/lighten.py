@@ -26,6 +26,7 @@ from .. import placement, runtime_compat
 from ..errors import UsageError
 from ..normalize import normalize_file
 from ..figures import MEASURED, copy_figures, figures_of
+from ..hardware import detect, isa_settings, parse_target_cpu, where_it_holds
 from ..stats import DEFAULT_CONFIDENCE
 from ..report.text import size_change, speed_change
 from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
@@ -61,7 +62,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
             max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
             executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None,
-            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None, target_runtime: str | None = None) -> LightenResult:
+            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None, target_runtime: str | None = None, target_cpu: str | None = None) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
@@ -76,7 +77,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     OUTDIR gets ``model.onnx``, ``recipe.toml`` and ``report.html/json/md``.
     ``executor`` runs the candidates and the benchmark: ``"local"`` (a process pool here), ``"ray"``
     (Ray tasks on the cluster at ``ray_address``; ``bench_on`` a node label or resource for the
-    benchmark) or an :class:`onnxlite.executors.Executor`.
+    benchmark) or an :class:`onnxlite.executors.Executor`.  ``target_cpu``: the CPU kind it will run on (:mod:`onnxlite.hardware`).
     """
     from ..atomic import scratch_dir
     from ..runtime import SessionSettings, resolve_providers
@@ -118,6 +119,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         raise UsageError(f"--objective: expected latency or size, got {objective!r}")
     metrics = [metric] if isinstance(metric, str) else (list(metric) if metric else None)
     resolve_providers(settings)  # an unavailable provider fails before any work
+    hardware, target_hw = detect(settings.provider), parse_target_cpu(target_cpu)   # a bad name fails here too
 
     from ..executors import get_executor
 
@@ -125,6 +127,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     with scratch_dir(out) as work, contextlib.closing(runner):
         state = _Search(source, work, settings, emit, runner)
         state.confidence, state.target = confidence, runtime_compat.target_or_none(target_runtime)
+        state.hardware, state.target_cpu = hardware, target_hw   # this machine; the --target-cpu kind or None
         state.load(framework, inputs, model_class, framework_options)
         state.record = record(model_class=model_class, framework_options=framework_options, data=data,
                               data_options=data_options, calibration=calibration,
@@ -246,7 +249,7 @@ class _Search:
         self.candidates, self.skipped = build_candidates(self.fp32, strategies=strategies,
                                                          has_calibration=self.calibration_file is not None,
                                                          generated_calibration=self.generated_calibration is not None,
-                                                         provider=self.settings.provider)
+                                                         provider=self.settings.provider, hardware=self.hardware, target=self.target_cpu)
         if self.generated_calibration is not None:
             from ..registry import get_registry
             from .heldout import GENERATED_CALIBRATION
@@ -371,6 +374,7 @@ class _Search:
                 f"fp32) is within the latency noise margin ({latency_margin(fastest):.0%}: 3% or the measured "
                 "p90-p50 spread, whichever is larger), so the smallest one within budget and not over 10% "
                 "slower than fp32 won")
+        self.notes.append(where_it_holds(self.hardware, self.target_cpu))
         primary = self.judge.primary
         for row in self.rows:
             if row is winner:
@@ -404,7 +408,7 @@ class _Search:
             settings={"provider": self.settings.provider, "threads": self.settings.threads,
                       "bench_batch": getattr(self, "bench_batch", None), "held_out_samples": self.judge.samples,
                       "recipe": bool(recipe), "executor": self.executor.describe(),
-                      **getattr(self, "measured_on", {})},
+                      **getattr(self, "measured_on", {}), **isa_settings(self.hardware, self.target_cpu)},
         )
 
     def _evidence_record(self) -> dict[str, Any]:

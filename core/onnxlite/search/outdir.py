@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 def publish(search: Any, result: LightenResult, out: Path) -> None:
     """Write what ``search`` (the lighten run's state) found into ``out``; record the paths on ``result``."""
     from ..atomic import replace_dir, write_text
+    from ..hardware import metadata
     from ..modelio import publish_model
     from ..report.files import write_report
     from .recipes import Recipe, copy_hf_files
@@ -27,13 +28,16 @@ def publish(search: Any, result: LightenResult, out: Path) -> None:
     staged.mkdir()
     if result.winner is not None:
         judge = search.judge
-        publish_model(result.winner.path, staged / "model.onnx", runtime=getattr(search, "target", None))
+        # the ISA it was judged on travels in the model, so a lone model.onnx can say where its verdict holds
+        publish_model(result.winner.path, staged / "model.onnx", runtime=getattr(search, "target", None),
+                      metadata=metadata(search.hardware, search.target_cpu, _portable(result.winner)))
         recipe = Recipe(strategy=result.winner.strategy, options=result.winner.options,
                         excluded_nodes=tuple(result.winner.keep_float), metric=judge.primary,
                         max_drop=judge.budgets.get(judge.primary),
                         budgets=dict(judge.budgets), objective=result.objective,
                         provider=search.settings.provider, framework=search.framework,
-                        inputs=tuple(str(s) for s in search.specs), **search.record)
+                        inputs=tuple(str(s) for s in search.specs), hardware=search.hardware.to_dict(),
+                        target_cpu=search.target_cpu.isa if search.target_cpu else None, **search.record)
         write_text(staged / "recipe.toml", recipe.to_toml())
         copy_hf_files(search.source, staged, staged / "model.onnx")   # config and tokenizer: it loads as it came
     names = write_report(result.to_report(), staged)
@@ -41,3 +45,15 @@ def publish(search: Any, result: LightenResult, out: Path) -> None:
     result.reports = {kind: out / Path(path).name for kind, path in names.items()}
     if result.winner is not None:
         result.model_path, result.recipe_path = out / "model.onnx", out / "recipe.toml"
+
+
+def _portable(winner: Any) -> bool:
+    """The winner's int8 math cannot saturate, by its strategy's word (then it answers alike on every CPU)."""
+    from ..registry import get_registry
+    from .candidates import int8_portable
+
+    try:
+        spec = get_registry().get("quantizer", winner.strategy).spec
+    except Exception:  # noqa: BLE001 - an unknown strategy is not known to be saturation-free
+        return False
+    return int8_portable(spec, winner.options)

@@ -40,6 +40,13 @@ class Recipe:
     calibration_options: Mapping[str, Any] = field(default_factory=dict)
     threads: int | None = None
     batch: int | None = None
+    #: where the verdict was judged and timed (onnxlite.hardware.Hardware.to_dict()), and the --target-cpu kind
+    hardware: Mapping[str, Any] = field(default_factory=dict)
+    target_cpu: str | None = None
+
+    @property
+    def isa(self) -> str | None:
+        return self.hardware.get("isa")
 
     def to_toml(self) -> str:
         import tomli_w
@@ -52,6 +59,9 @@ class Recipe:
             "runtime": {k: v for k, v in (("provider", self.provider), ("threads", self.threads),
                                            ("batch", self.batch)) if v is not None},
         }
+        if self.hardware or self.target_cpu:
+            doc["hardware"] = {k: v for k, v in self.hardware.items() if v is not None} | (
+                {"target_cpu": self.target_cpu} if self.target_cpu else {})
         if self.budgets:
             doc["budget"]["max_drops"] = {k: float(v) for k, v in self.budgets.items()}
         if self.excluded_nodes:
@@ -121,6 +131,8 @@ def read_recipe(path: str | os.PathLike[str]) -> Recipe:
         calibration_options=dict(doc.get("data", {}).get("calibration_options", {})),
         threads=doc.get("runtime", {}).get("threads"),
         batch=doc.get("runtime", {}).get("batch"),
+        hardware={k: v for k, v in doc.get("hardware", {}).items() if k != "target_cpu"},
+        target_cpu=doc.get("hardware", {}).get("target_cpu"),
     )
 
 
@@ -182,10 +194,29 @@ def replay(recipe: Recipe, given: dict[str, Any], emit: Any = None) -> dict[str,
     if out.get("batch") is None and recipe.batch:
         out["batch"] = int(recipe.batch)
     provider = getattr(out.get("settings"), "provider", None)
+    if emit is not None:
+        from ..hardware import detect, mismatch_warning
+
+        line = mismatch_warning(recipe.isa, detect(provider or "cpu"), "the recipe", recipe.target_cpu,
+                                advice="this replay judges it here, against the recipe's budget")
+        if line and not _saturation_free(recipe):
+            emit("note", {"message": line})
     if emit is not None and provider and provider != recipe.provider:
         emit("note", {"message": f"the recipe was made on provider {recipe.provider}; replaying on {provider} "
                                  "(--provider)"})
     return out
+
+
+def _saturation_free(recipe: Recipe) -> bool:
+    """The recipe's strategy says its options cannot saturate (or it runs no int8 kernels)."""
+    from ..registry import get_registry
+    from .candidates import int8_portable
+
+    try:
+        spec = get_registry().get("quantizer", recipe.strategy).spec
+    except UsageError:
+        return False
+    return int8_portable(spec, recipe.options)
 
 
 #: files of a transformers / sentence-transformers folder that loading the ONNX model needs beside it:

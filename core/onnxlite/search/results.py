@@ -161,11 +161,12 @@ def _report(result: LightenResult) -> Any:
     if line:
         sections.append(("Export verification", line))
     return Report(title="onnxlite lighten", kind="lighten", rows=rows, primary_metric=result.primary_metric,
-                  settings={"objective": result.objective, **{k: v for k, v in result.settings.items() if v is not None}},
+                  settings={"objective": result.objective,   # the hardware record is the environment block's
+                            **{k: v for k, v in result.settings.items() if v is not None and k != "hardware"}},
                   sections=sections, verdict=result.message, budgets=dict(result.budgets),
                   metric_why=dict((result.evidence or {}).get("metric_why") or {}),
                   details={row.name: _details(row) for row in [result.baseline] + result.candidates},
-                  environment=environment(result.settings.get("threads")),
+                  environment=environment(result.settings.get("threads"), target_cpu=result.settings.get("target_cpu")),
                   verification=list((result.export.get("verification") or {}).get("rows") or []))
 
 

@@ -98,6 +98,21 @@ def run_excluding(model: str | Path, output: Path, options: Mapping[str, Any], t
                          external_data)
 
 
+def saturation_free(options: Mapping[str, Any]) -> bool:
+    """Whether ``quantize_dynamic``'s integer math with these options cannot saturate on any CPU.
+
+    It quantizes activations to uint8.  With int8 weights (U8S8) onnxruntime's x86 kernels without VNNI
+    add pairs of products in a saturating int16 (``vpmaddubsw``); 7-bit weights (``reduce_range``) keep
+    every pair sum within int16, and uint8 weights (U8U8) take a kernel that widens to int16 first.
+    onnxruntime's quantization docs recommend either on such CPUs.
+    """
+    return bool(options.get("reduce_range")) or options.get("weight_type") == "quint8"
+
+
+#: the saturation-free variants of the int8 step that keep embedding tables in int8 (the ``isa_grid``)
+WITH_EMBEDDINGS = ("MatMul", "Gemm", "Gather")
+
+
 def common_options(op_types: tuple[str, ...] = DEFAULT_OP_TYPES) -> tuple[Option, ...]:
     """Options shared with the ``transformer`` strategy, which ends in the same int8 step."""
     return (

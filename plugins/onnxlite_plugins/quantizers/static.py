@@ -339,6 +339,13 @@ class StaticQuantizer:
         return outcome
 
 
+def static_saturation_free(options: Mapping[str, Any]) -> bool:
+    """7-bit weights, uint8 activations with uint8 weights (U8U8), or 16-bit types (not run as int8 kernels)."""
+    types = (options.get("activation_type"), options.get("weight_type"))
+    return (bool(options.get("reduce_range")) or types == ("uint8", "uint8")
+            or any(t in ("int16", "uint16") for t in types))
+
+
 @hookimpl
 def register_quantizers():
     return [QuantizerSpec(
@@ -365,4 +372,10 @@ def register_quantizers():
             # (YOLOv8n's detection F1 0.00 with every op; 0.84 with Conv only, issue 12).
             {"method": "MinMax", "per_channel": True, "format": "QDQ", "op_types": ("Conv",)},
         ),
+        # Where U8S8 kernels saturate (x86 without VNNI): 7-bit weights, or uint8 weights (U8U8).
+        isa_grid=(
+            {"method": "MinMax", "per_channel": True, "format": "QDQ", "reduce_range": True},
+            {"method": "MinMax", "per_channel": True, "format": "QDQ", "weight_type": "uint8"},
+        ),
+        saturation_free=static_saturation_free,
     )]

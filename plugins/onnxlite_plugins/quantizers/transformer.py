@@ -21,7 +21,13 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .common import common_options, run_excluding, select_nodes, weights_note
+from .common import (
+    common_options,
+    run_excluding,
+    saturation_free,
+    select_nodes,
+    weights_note,
+)
 
 CONFIG_KEY = "onnxlite.transformers_config"
 
@@ -172,10 +178,9 @@ def _symbolic_shape_inference():
 class TransformerQuantizer:
     def quantize(self, model: Path, output: Path, options: Mapping[str, Any], context) -> QuantizeOutcome:
         import onnx
-        from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
-
         from onnxlite.modelio import uses_external_data
         from onnxlite.runtime import quiet_root_logging
+        from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
 
         if options["model_type"] != "auto" and options["model_type"] not in MODEL_TYPES:
             raise UsageError(f"--option model_type={options['model_type']}: onnxruntime's optimizer knows "
@@ -240,5 +245,7 @@ def register_quantizers():
                 *common_options(FUSED_OP_TYPES),
             ),
             grid=({}, {"quantize": False}),
+            isa_grid=({"reduce_range": True},),   # where U8S8 kernels saturate (x86 without VNNI)
+            saturation_free=lambda options: not options.get("quantize") or saturation_free(options),
         )
     ]
