@@ -219,6 +219,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the models afterwards")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
+    from onnxlite.hardware import header
+
+    print(header(), flush=True)   # what every figure below was measured on
 
     folder = args.folder or Path(tempfile.mkdtemp(prefix="onnxlite-big-"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,9 @@ COMMANDS = {
 
 
 def main(repeats: int = 7) -> None:
+    from onnxlite.hardware import header
+
+    print(header(), flush=True)   # what every figure below was measured on
     timings: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for _ in range(repeats):  # interleaved, so drift hits every command alike
         for name, argv in COMMANDS.items():

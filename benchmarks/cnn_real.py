@@ -343,6 +343,9 @@ def main() -> None:
                         help="which layers' int8 weights alone cost accuracy (no lighten, about a minute)")
     parser.add_argument("--top", type=int, default=8, help="--weight-error: how many single layers to print")
     args = parser.parse_args()
+    from onnxlite.hardware import header
+
+    print(header(), flush=True)   # what every figure below was measured on
     net = example(MODELS[args.model])
     check_installed(net)
     if (args.probe or args.weight_error) and args.model != "lite0":

@@ -117,6 +117,10 @@ exec "$PY" - <<'PYTHON'
 import json, os, platform, statistics, sys, time
 from pathlib import Path
 
+from onnxlite.hardware import header
+
+print(header(), flush=True)   # the host CPU (the GPU line above is nvidia-smi's)
+
 DRY = os.environ["GPU_CHECK_MODE"] == "dry-run"
 QUICK = os.environ["GPU_CHECK_QUICK"] == "1" or DRY
 OUT = Path(os.environ["GPU_CHECK_OUT"])

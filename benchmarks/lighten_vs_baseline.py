@@ -425,6 +425,9 @@ def main() -> None:
     parser.add_argument("--workdir", default="lighten-vs-baseline-work")
     parser.add_argument("--json", help="write every figure to this file")
     args = parser.parse_args()
+    from onnxlite.hardware import detect, header
+
+    print(header(), flush=True)   # what every figure below was measured on
     if not (args.minilm or args.digits):
         args.minilm = args.digits = True
     import onnxruntime
@@ -433,7 +436,8 @@ def main() -> None:
     work = Path(args.workdir)
     info = {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__, "python": platform.python_version(),
             "cpus": os.cpu_count(), "machine": platform.machine(), "threads": args.threads, "batch": args.batch,
-            "runs": args.runs, "load_average_start": load_average()}
+            "runs": args.runs, "load_average_start": load_average(),
+            "hardware": detect().to_dict()}
     print(f"onnxruntime {info['onnxruntime']}, torch {info['torch']}, {info['cpus']} CPUs, "
           f"threads {args.threads}, batch {args.batch}, load average at start {info['load_average_start']}")
     results = []

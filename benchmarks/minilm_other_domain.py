@@ -89,6 +89,9 @@ def main() -> None:
                         help="also score and time a model made elsewhere, such as a lighten winner "
                              "(OUTDIR/model.onnx), as row NAME (repeatable)")
     args = parser.parse_args()
+    from onnxlite.hardware import detect, header
+
+    print(header(), flush=True)   # what every figure below was measured on
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import numpy as np
@@ -106,7 +109,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     info = {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__, "python": platform.python_version(),
             "cpus": os.cpu_count(), "threads": args.threads, "batch": args.batch, "runs": args.runs,
-            "load_average_start": load_average()}
+            "load_average_start": load_average(),
+            "hardware": detect().to_dict()}
     print(f"onnxruntime {info['onnxruntime']}, torch {info['torch']}, {info['cpus']} CPUs, threads {args.threads}, "
           f"batch {args.batch}, load average at start {info['load_average_start']}")
 

@@ -288,6 +288,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", type=Path, default=Path("openvino_formats.work"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    from onnxlite.hardware import header
+
+    print(header(), flush=True)   # what every figure below was measured on
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import onnxruntime as ort
 

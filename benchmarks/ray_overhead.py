@@ -63,6 +63,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--strategies", help="comma-separated (default: every strategy that applies)")
     args = parser.parse_args()
+    from onnxlite.hardware import header
+
+    print(header(), flush=True)   # what every figure below was measured on
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     strategies = [s for s in args.strategies.split(",") if s] if args.strategies else None
 

@@ -99,6 +99,9 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
     args = parser.parse_args()
+    from onnxlite.hardware import header
+
+    print(header(), flush=True)   # what every figure below was measured on
     with tempfile.TemporaryDirectory(prefix="sweep-scaling-") as tmp:
         folder = Path(tmp) / "zoo"
         folder.mkdir()

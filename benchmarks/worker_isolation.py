@@ -40,6 +40,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=2, help="alternating with/without rounds")
     args = parser.parse_args()
+    from onnxlite.hardware import header
+
+    print(header(), flush=True)   # what every figure below was measured on
     if len(args.models) < 2:
         sys.exit("give at least two models: the effect comes from interleaving them")
     p50s: dict[bool, list[list[float]]] = {True: [], False: []}

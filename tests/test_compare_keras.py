@@ -49,11 +49,15 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _ort_accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
+def _ort_accuracy(path: Path, x: np.ndarray, y: np.ndarray, batch: int | None = None) -> float:
+    """Accuracy of onnxruntime's answers, run in ``batch``-sized slices (dynamic int8 picks its activation
+    scales per batch, so another slicing than compare's can differ by a flip)."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return float((session.run(None, {"pixels": x})[0].argmax(axis=1) == y).mean())
+    batch = batch or len(x)
+    logits = np.concatenate([session.run(None, {"pixels": x[i:i + batch]})[0] for i in range(0, len(x), batch)])
+    return float((logits.argmax(axis=1) == y).mean())
 
 
 def test_keras_file_reference_is_scored_not_sized(keras_digits):
@@ -69,9 +73,13 @@ def test_keras_file_reference_is_scored_not_sized(keras_digits):
     assert result.reference_metrics["probabilities.accuracy"] == pytest.approx(keras_digits["keras_accuracy"])
     candidate = result.candidates[0]
     assert candidate.metrics["probabilities.accuracy"] == pytest.approx(
-        _ort_accuracy(keras_digits["int8"], keras_digits["x"], keras_digits["y"]))
+        _ort_accuracy(keras_digits["int8"], keras_digits["x"], keras_digits["y"], result.settings["batch_size"]))
     assert candidate.size_bytes == keras_digits["int8"].stat().st_size
-    assert candidate.passed is (candidate.drops["probabilities.accuracy"] <= 0.01 + 1e-12)
+    # The verdict holds the drop's one-sided upper confidence bound to the budget, not the measured drop (one
+    # flipped digit more or less, as between CPUs whose int8 kernels differ, moves the drop but not the rule).
+    upper = candidate.intervals["probabilities.accuracy"]["upper"]
+    assert upper >= candidate.drops["probabilities.accuracy"]
+    assert candidate.passed is (upper <= 0.01 + 1e-12)
     assert _digest(keras_digits["source"]) == before
 
 

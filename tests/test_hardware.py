@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from conftest import save_graph
+from onnx import TensorProto, helper, numpy_helper
 from onnxlite import hardware
 from onnxlite.errors import UsageError
 from onnxlite.hardware import Hardware
@@ -160,7 +159,7 @@ def test_the_grid_adds_saturation_free_int8_variants_where_u8s8_saturates(tmp_pa
     assert {"op_types": ("MatMul", "Gemm", "Gather"), "weight_type": "quint8"} in dynamic
     assert any(c.strategy == "static" and c.options.get("weight_type") == "uint8" for c in added)
     # a declared AVX2 target on a VNNI machine offers them too
-    assert set(_grid(model, amx, hardware.declared("avx2"))[0]) >= set(added_name.name for added_name in added)
+    assert set(_grid(model, amx, hardware.declared("avx2"))[0]) >= {c.name for c in added}
     # no hardware record: the plain grid, as before
     assert set(_grid(model, None)[0]) == set(on_vnni)
 
@@ -281,9 +280,8 @@ def test_the_recipe_records_the_isa_and_a_replay_on_another_isa_warns(tmp_path, 
 
 
 def quantized_model(tmp_path, metadata: dict[str, str], name: str = "m"):
-    from onnxruntime.quantization import quantize_dynamic
-
     from onnxlite.modelio import load_model, save_model, set_metadata
+    from onnxruntime.quantization import quantize_dynamic
 
     tmp_path = tmp_path / name
     tmp_path.mkdir()
@@ -298,7 +296,6 @@ def quantized_model(tmp_path, metadata: dict[str, str], name: str = "m"):
 
 def test_a_model_judged_on_another_isa_warns_once_in_compare(tmp_path, monkeypatch):
     from click.testing import CliRunner
-
     from onnxlite.cli import cli
 
     fp32, int8 = quantized_model(tmp_path, hardware.metadata(hardware.declared("amx"), None, portable=False))

@@ -51,6 +51,12 @@ def test_transformer_search_finds_a_winner_within_budget(bert_result, tiny_bert)
     model = onnx.load(str(result.model_path))
     meta = {p.key: p.value for p in model.metadata_props}
     assert meta["onnxlite.strategy"] == result.winner.strategy
+    # where the verdict holds: the ISA it was judged and timed on, in the model, the recipe and the verdict
+    from onnxlite.hardware import detect
+    from onnxlite.search.recipes import read_recipe
+
+    assert meta["onnxlite.isa"] == result.settings["isa"] == detect().isa == read_recipe(result.recipe_path).isa
+    assert f"judged and timed on {detect().isa}" in result.message
     report = json.loads((result.output_dir / "report.json").read_text())
     assert {r["name"] for r in report["rows"]} == {"fp32"} | {c.name for c in result.candidates}
     # An independent check of the winner against the PyTorch model, on fresh data.
@@ -94,8 +100,9 @@ def test_smoothquant_calibrates_on_the_split_and_its_recipe_replays(tiny_bert, t
     budget = ["pooled_cosine_mean=3%", "pooled_cosine_min=6%"]
     result = onnxlite.lighten(str(tiny_bert), tmp_path / "out", data=str(data), strategies=["smoothquant"],
                               max_drop=budget, runs=3)
-    assert [c.name for c in result.candidates] == [
-        "smoothquant[alpha=0.5]", "smoothquant[alpha=0.65]", "smoothquant[alpha=0.8]"]
+    names = [c.name for c in result.candidates]
+    # the plain grid, then (where U8S8 kernels saturate: x86 without VNNI) the saturation-free variants
+    assert names[:3] == ["smoothquant[alpha=0.5]", "smoothquant[alpha=0.65]", "smoothquant[alpha=0.8]"], names
     assert result.winner is not None, result.message
     for row in result.candidates:
         details = row.quantize["details"]
@@ -120,7 +127,12 @@ def test_without_data_smoothquant_calibrates_on_generated_samples_and_static_is_
     result = onnxlite.lighten(str(tiny_bert), tmp_path / "out", strategies=["smoothquant", "static"],
                               max_drop="50%", runs=2)
     names = [c.name for c in result.candidates]
-    assert names == ["smoothquant[alpha=0.5]", "smoothquant[alpha=0.65]", "smoothquant[alpha=0.8]"], names
+    assert names[:3] == ["smoothquant[alpha=0.5]", "smoothquant[alpha=0.65]", "smoothquant[alpha=0.8]"], names
+    # then, where this CPU's U8S8 kernels saturate (x86 without VNNI), the strategy's saturation-free variants
+    from onnxlite.hardware import detect
+
+    assert (len(names) > 3) == detect().int8_saturates, names
+    assert all("reduce_range=true" in n or "weight_type=quint8" in n for n in names[3:]), names
     assert any(s["strategy"] == "static" and "needs calibration data" in s["reason"] for s in result.skipped)
     for row in result.candidates:
         details = row.quantize["details"]

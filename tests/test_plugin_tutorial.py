@@ -96,7 +96,11 @@ def test_the_tutorial_strategy_runs_in_lighten(venv, tmp_path):
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     tried = {c["name"] for c in payload["candidates"]}
-    assert tried == {"guarded", "guarded[keep_first=false]"}, tried  # the spec's grid, both option sets
+    grid = {"guarded", "guarded[keep_first=false]"}
+    assert grid <= tried, tried  # the spec's grid, both option sets
+    # Anything more is the partial fallback built on them: on an AVX2 CPU, whose U8S8 int8 kernels saturate,
+    # both missed the budget and a "+prefix1" candidate followed; which ones fit is the CPU's, not the plugin's.
+    assert all("+" in name and name.split("+")[0] in grid for name in tried - grid), tried
     winner = payload["winner"]
     assert winner["name"] in tried and winner["status"] == "winner"
     kept, _ = really_quantized(model, out / "model.onnx")

@@ -331,6 +331,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json")
     parser.add_argument("--write-data")
     args = parser.parse_args(argv)
+    from onnxlite.hardware import header
+
+    print(header(), flush=True)   # what every figure below was measured on
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for key in args.models.split(","):

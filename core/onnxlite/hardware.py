@@ -113,18 +113,19 @@ def _arch() -> str:
 
 
 def _numpy_flags() -> set[str] | None:
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:
+    import importlib
+
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):   # numpy 2, numpy 1
         try:
-            from numpy.core._multiarray_umath import __cpu_features__ as features
-        except ImportError:
-            return None
-    return {ours for theirs, ours in _NUMPY.items() if features.get(theirs)}
+            features: dict[str, bool] = importlib.import_module(module).__cpu_features__
+        except (ImportError, AttributeError):
+            continue
+        return {ours for theirs, ours in _NUMPY.items() if features.get(theirs)}
+    return None
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
-    name, flags = "", set()
+    name, flags = "", set[str]()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             for line in info:
@@ -281,3 +282,8 @@ def measured_here(paths: Iterable[str | os.PathLike[str]], provider: str = "cpu"
 def isa_settings(here: Hardware, target: Hardware | None) -> dict[str, Any]:
     """What lighten's JSON and report settings record about the hardware."""
     return {"isa": here.isa, "hardware": here.to_dict(), **({"target_cpu": target.isa} if target is not None else {})}
+
+
+def header(provider: str = "cpu") -> str:
+    """The line every benchmark script prints first, so each figure it prints names the CPU it was measured on."""
+    return detect(provider).line()

@@ -73,6 +73,17 @@ def _plugin_skip_reason(spec: Any, model: Any) -> str | None:
         return None
 
 
+def _same_model_key(spec: Any, options: Mapping[str, Any], ops: set[str]) -> str:
+    """Option sets that make the same model share a key: defaults filled in, ``op_types`` cut to the model's
+    own (an ISA grid entry adding Gather is the plain entry again on a model without embeddings)."""
+    from ..hardware import options_of
+
+    full = options_of(spec, options)
+    if full.get("op_types"):
+        full["op_types"] = sorted(set(full["op_types"]) & ops)
+    return json.dumps(full, sort_keys=True, default=str)
+
+
 def _ops_present(options: Mapping[str, Any], ops: set[str]) -> bool:
     """A grid entry limited to op types (``op_types=Conv``) the model lacks would quantize nothing: not tried."""
     wanted = options.get("op_types")
@@ -190,7 +201,7 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
         if left_out:
             skipped.append(Skipped(f"{spec.name} (saturating variants)", left_out))
         for options in grid:
-            key = json.dumps(dict(options), sort_keys=True, default=str)
+            key = _same_model_key(spec, options, ops)
             if key in seen or not _ops_present(options, ops):
                 continue
             seen.add(key)
