@@ -320,3 +320,20 @@ def test_a_model_judged_on_another_isa_warns_once_in_compare(tmp_path, monkeypat
     _, targeted = quantized_model(tmp_path, hardware.metadata(hardware.declared("amx"), hardware.declared("avx2"),
                                                               portable=False), "targeted")
     assert hardware.model_warning([targeted], hardware.detect()) is None
+
+
+def test_bench_records_the_cpu_and_warns_once_for_a_model_judged_elsewhere(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from onnxlite.cli import cli
+
+    fp32, int8 = quantized_model(tmp_path, hardware.metadata(hardware.declared("avx512-vnni"), None, portable=False))
+    here = as_detected(monkeypatch, "avx2")
+    done = CliRunner().invoke(cli, ["bench", str(fp32), str(int8), "--runs", "2", "--warmup", "1", "--json"])
+    assert done.exit_code == 0, done.output
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "judged on avx512-vnni" in warnings[0], done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["hardware"] == here.to_dict() and payload["settings"]["isa"] == "avx2"
