@@ -6,9 +6,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..hardware import Hardware
 
 
 @dataclass(frozen=True)
@@ -123,11 +126,12 @@ def int8_portable(spec: Any, options: Mapping[str, Any]) -> bool:
 
     try:
         return bool(check(options_of(spec, options)))
-    except Exception:  # noqa: BLE001 - a third party's check must not stop the search
-        return True
+    except Exception:  # noqa: BLE001 - a third party's check must not stop the search; unknown is not portable
+        return False
 
 
-def isa_grid(spec: Any, here: Any, target: Any = None) -> tuple[tuple[Mapping[str, Any], ...], str | None]:
+def isa_grid(spec: Any, here: Hardware | None,
+             target: Hardware | None = None) -> tuple[tuple[Mapping[str, Any], ...], str | None]:
     """The option sets to try on this ISA (and ``target``'s), and why some were left out (None: none were).
 
     Where int8 kernels can saturate, here or on the target, the saturation-free ``isa_grid`` is added;
@@ -154,7 +158,8 @@ def isa_grid(spec: Any, here: Any, target: Any = None) -> tuple[tuple[Mapping[st
 
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
                      provider: str = "cpu", generated_calibration: bool = False,
-                     hardware: Any = None, target: Any = None) -> tuple[list[Candidate], list[Skipped]]:
+                     hardware: Hardware | None = None,
+                     target: Hardware | None = None) -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
 
     ``strategies`` limits the search to those names (then a GPU-only strategy
