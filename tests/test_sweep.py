@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from onnxlite.errors import UsageError
-from onnxlite.sweep import read_manifest
+from onnxlite.sweeps import read_manifest
 
 from conftest import save_graph
 
@@ -59,7 +59,7 @@ def test_defaults_apply_and_model_entries_override(tmp_path):
 
 
 def test_lighten_arguments_split_the_session_settings(tmp_path):
-    from onnxlite.sweep.one_model import lighten_arguments
+    from onnxlite.sweeps.one_model import lighten_arguments
 
     plan = read_manifest(write(tmp_path / "m.toml", """
         [[models]]

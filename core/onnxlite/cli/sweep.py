@@ -29,7 +29,7 @@ def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, f
     run again keeps the models that finished and runs the rest.
     Exits 1 unless every model got a winner.
     """
-    from ..sweep import sweep as run_sweep
+    from ..sweeps.run import sweep as run_sweep
     from .common import console
 
     err = console(stderr=True)
@@ -57,7 +57,7 @@ def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, f
 
         emit_json(result.to_dict())
     else:
-        from ..sweep.summary import render_table
+        from ..sweeps.summary import render_table
 
         out = console()
         out.print(render_table(result))
