@@ -20,7 +20,6 @@ def digest(path: Path) -> str:
 
 def linear_model(rows: int = 16, cols: int = 8):
     """y = x @ W + b with a dynamic batch, and argmax ids as a second output."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)

@@ -67,7 +67,7 @@ def test_yolo_like_head_one_int8_scale_zeroes_classes_and_only_slices_see_it():
 
 
 def test_ctc_agreement_decodes_and_frame_agreement_counts_frames():
-    classes, frames = 6, 8
+    classes = 6
     labels = np.array([[1, 1, 0, 2, 2, 0, 3, 0],      # decodes to 1 2 3
                        [4, 0, 4, 4, 0, 0, 5, 5]])     # decodes to 4 4 5
     reference = np.eye(classes, dtype=np.float32)[labels] * 5 + 0.1

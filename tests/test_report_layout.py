@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import CHROMIUM_FLAGS, chromium
 
-from test_report import CHROMIUM_FLAGS, _chromium
 
 KEYS = ("last_hidden_state.pooled_cosine_mean", "last_hidden_state.pooled_cosine_min")
 
@@ -99,7 +99,7 @@ def measured(tmp_path_factory):
     chart labels overlap into the DOM (the report itself has no scripts); plus a screenshot."""
     from onnxlite.report.files import write_report
 
-    browser = _chromium()
+    browser = chromium()
     root = tmp_path_factory.mktemp("layout")
     paths = write_report(_result().to_report(), root / "report")
     probe = root / "probe.html"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from helpers import write_gemm_head
 
 
 # -- fitting text ------------------------------------------------------------------------------------
@@ -246,7 +247,6 @@ def test_default_metrics_follow_what_each_output_is():
 
 
 def test_bench_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
-    from test_example_plugin import write_gemm_head
 
     model = write_gemm_head(tmp_path / "m.onnx")
     result = run_cli("bench", str(model), str(model), "--runs", "4", "--warmup", "1")
