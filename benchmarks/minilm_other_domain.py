@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,16 @@ SPLIT = 0.4
 TARGET = {"mean": 0.995, "min": 0.99, "smaller": 3.5, "speedup": 2.0}
 
 sys.path.insert(0, str(HERE))
-from lighten_vs_baseline import (by_keyword, cosines, load_average, log, mean_pool, measure,  # noqa: E402
-                                 minilm_folder, onnx_embeddings)
+from lighten_vs_baseline import (  # noqa: E402
+    by_keyword,
+    cosines,
+    load_average,
+    log,
+    mean_pool,
+    measure,
+    minilm_folder,
+    onnx_embeddings,
+)
 
 # name -> (strategy, options, needs calibration)
 CANDIDATES: dict[str, tuple[str, dict[str, Any], bool]] = {

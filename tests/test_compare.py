@@ -160,8 +160,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(digits, tmp_path):
 # -- confidence: the interval of every drop, and budgets at its one-sided bound (issue 11) ----------------------
 
 def test_accuracy_interval_matches_exact_binomial_bounds_on_the_lost_samples(digits):
-    import onnxlite
     from scipy.stats import binomtest
+
+    import onnxlite
 
     result = onnxlite.compare(digits["fp32"], [digits["damaged"]], data=digits["data"], confidence=0.9)
     damaged = result.candidates[0]

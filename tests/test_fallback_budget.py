@@ -11,11 +11,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
-from conftest import save_graph
-from helpers import misleading_model
 from onnxlite.search import partial
 from onnxlite.search.partial import fallback_bases, rank_nodes, relative_errors
 from onnxlite.search.results import CandidateRow
+
+from conftest import save_graph
+from helpers import misleading_model
 
 
 def _row(name, size, drop, select=None, status="rejected", over=True):

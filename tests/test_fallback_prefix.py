@@ -10,10 +10,11 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
-from conftest import save_graph
-from helpers import fragile_model, misleading_model
 from onnxlite.executors.local import LocalExecutor
 from onnxlite.search.prefix import prefix_limit, prefixes
+
+from conftest import save_graph
+from helpers import fragile_model, misleading_model
 
 
 def fragile_input_end(path: Path, channels: int = 8, convs: int = 3, at: int = 1) -> Path:

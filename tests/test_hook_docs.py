@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from conftest import ROOT
-
 from onnxlite import hookspecs
+
+from conftest import ROOT
 
 HOOKS = sorted(name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
                if hasattr(fn, "onnxlite_spec"))

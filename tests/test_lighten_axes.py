@@ -6,6 +6,7 @@ import numpy as np
 # on axis 1 (the model's own dims read as axis 0); the state's update only runs on a consistent cut
 from helpers import state_on_axis_one_by_the_users_word
 
+
 def test_candidates_calibrate_on_the_users_sample_axes(tmp_path):
     """Each candidate's quantize re-read the calibration file on the model's own axes (state axis 0: 2
     samples against x's 16) and every candidate failed with 'inputs disagree on the number of samples'."""

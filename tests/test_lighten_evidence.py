@@ -8,10 +8,11 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
-from conftest import save_graph
-from helpers import fragile_model, misleading_model
 from onnxlite.search.evidence import fallback_base, select_on_grids
 from onnxlite.search.results import CandidateRow
+
+from conftest import save_graph
+from helpers import fragile_model, misleading_model
 
 
 def _classifier(path: Path) -> Path:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto
 
 import onnxlite
-from helpers import FRAGILE_WIDTH, fragile_model
 from onnxlite import mixed_plan
 from onnxlite.errors import UsageError
 from onnxlite.evaluation.judge import Judge
 from onnxlite.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST
+
+from helpers import FRAGILE_WIDTH, fragile_model
 
 K = FRAGILE_WIDTH
 BUDGET = 0.01    # cosine drop

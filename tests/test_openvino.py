@@ -28,8 +28,9 @@ CPU = "CPUExecutionProvider"
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """fp32 / QDQ / QOperator versions of a small CNN and an MLP, quantized by onnxlite's static strategy."""
-    import onnxlite
     from onnx import TensorProto, helper, numpy_helper
+
+    import onnxlite
 
     rng = np.random.default_rng(0)
     folder = tmp_path_factory.mktemp("openvino")

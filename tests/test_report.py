@@ -10,9 +10,10 @@ import subprocess
 import pytest
 
 from onnxlite.errors import UsageError
+from onnxlite.report.files import write_report
 from onnxlite.report.model import ModelRow, Report
 from onnxlite.report.text import render_table
-from onnxlite.report.files import write_report
+
 from helpers import CHROMIUM_FLAGS, chromium
 
 PRIMARY = "last_hidden_state.cosine_mean"

@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import CHROMIUM_FLAGS, chromium
 
+from helpers import CHROMIUM_FLAGS, chromium
 
 KEYS = ("last_hidden_state.pooled_cosine_mean", "last_hidden_state.pooled_cosine_min")
 
@@ -171,8 +171,8 @@ def test_the_screenshot_shows_verdict_and_chart_colours(measured):
 
 
 def test_the_chart_draws_a_budgeted_metric_and_small_models_in_kb():
-    from onnxlite.report.lighten_page import tradeoff_svg
     from onnxlite.report.html import PALETTE
+    from onnxlite.report.lighten_page import tradeoff_svg
 
     report = _result().to_report()
     report.budgets = {KEYS[1]: 0.01}            # the primary metric has no budget: draw the one that has

@@ -124,7 +124,7 @@ def test_data_types_set_the_lowest_ir_and_a_model_that_cannot_fit_is_refused():
 def test_contrib_ops_name_the_release_that_first_has_them():
     from onnx import TensorProto, helper
 
-    from onnxlite.runtime_compat import problems, parse_target, runtime_needs
+    from onnxlite.runtime_compat import parse_target, problems, runtime_needs
 
     def contrib(op: str):
         graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], domain="com.microsoft")], "c",

@@ -11,7 +11,6 @@ import pytest
 from conftest import run_cli
 from helpers import write_gemm_head
 
-
 # -- fitting text ------------------------------------------------------------------------------------
 
 def test_ellipsize_never_cuts_a_number_and_marks_the_cut():

@@ -42,8 +42,8 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
     process, and compared with the first: size ratio, speedup, memory ratio.
     """
     from ..benchmark.bench import bench as run_bench
-    from ..report.text import render_table
     from ..report.files import write_report
+    from ..report.text import render_table
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
     err = console(stderr=True)

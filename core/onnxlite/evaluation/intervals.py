@@ -24,8 +24,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..stats import (DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Interval, Resolution, bootstrap_interval,
-                    paired_rate_interval, point_interval, rate_resolution, resample_indices)
+from ..stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    Interval,
+    Resolution,
+    bootstrap_interval,
+    paired_rate_interval,
+    point_interval,
+    rate_resolution,
+    resample_indices,
+)
 
 if TYPE_CHECKING:
     import numpy as np

@@ -266,12 +266,19 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
                  force: bool = False, check_data: Any = None, target_runtime: str | None = None) -> QuantizeResult:
     """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
     from ..atomic import check_writable, scratch_dir
-    from ..modelio import (check_exists, check_model, external_data_files, load_model, model_size, private_copy,
-                           publish_model, quantized_ops)
+    from ..modelio import (
+        check_exists,
+        check_model,
+        external_data_files,
+        load_model,
+        model_size,
+        private_copy,
+        publish_model,
+        quantized_ops,
+    )
     from ..protocols import QuantizeContext, QuantizeOutcome
-    from ..specs import parse_spec_options
-
     from ..runtime_compat import parse_target, runtime_needs
+    from ..specs import parse_spec_options
 
     runtime = parse_target(target_runtime) if target_runtime else None   # a bad value fails before any work
     source = check_exists(model)

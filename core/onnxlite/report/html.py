@@ -78,7 +78,8 @@ def render_html(report: Report) -> str:
     lighten = bool(report.verdict)
     if lighten:
         # lighten's page reads verdict first, then the trade-off, then every candidate (report/lighten_page.py)
-        from .lighten_page import CSS as LIGHTEN_CSS, render_lighten
+        from .lighten_page import CSS as LIGHTEN_CSS
+        from .lighten_page import render_lighten
 
         parts[4] = f"<style>{CSS}{LIGHTEN_CSS}</style></head><body><main>"
         parts += render_lighten(report, PALETTE)

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from .. import placement, runtime_compat
 from ..errors import UsageError
-from ..normalize import normalize_file
 from ..figures import MEASURED, copy_figures, figures_of
-from ..stats import DEFAULT_CONFIDENCE
+from ..normalize import normalize_file
 from ..report.text import size_change, speed_change
+from ..stats import DEFAULT_CONFIDENCE
 from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
 from .outdir import publish
@@ -262,8 +262,8 @@ class _Search:
             raise UsageError(f"no strategy applies to this model ({reasons})")
 
     def from_recipe(self, recipe) -> None:
-        from .candidates import Candidate, candidate_name, exclude_option
         from ..registry import get_registry
+        from .candidates import Candidate, candidate_name, exclude_option
 
         spec = get_registry().get("quantizer", recipe.strategy).spec
         # The recipe's options already hold the float nodes in the strategy's exclusion option;

@@ -18,8 +18,8 @@ from .outcome import ModelOutcome
 def run_on_ray(jobs: Sequence[ModelJob], root: Path, force: bool, ray_options: Mapping[str, Any], cpus: float,
                finished: Callable[[ModelOutcome], None], emit: Callable[[str, Mapping[str, Any]], None]
                ) -> dict[str, Any]:
-    from ..executors.ray import DEFAULT_MAX_RETRIES, POLL_SECONDS, RayExecutor
     from ..atomic import replace_dir
+    from ..executors.ray import DEFAULT_MAX_RETRIES, POLL_SECONDS, RayExecutor
     from .one_model import path_values, staging_dir
 
     max_retries = ray_options.get("max_retries")

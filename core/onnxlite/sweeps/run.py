@@ -19,7 +19,6 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from ..errors import UsageError
 from .manifest import Manifest, ModelJob, read_manifest

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from onnxlite.errors import one_line
 from onnxlite import OnnxliteError, Option, QuantizeContext, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
+from onnxlite.errors import one_line
 
 from .common import CalibrationReader, expand_node_patterns
 
