@@ -193,7 +193,8 @@ def main() -> None:
         verdict = ("(baseline)" if name == "fp32 ONNX" else
                    "MET" if all(met.values()) else "missed " + ",".join(k for k, v in met.items() if not v))
         print(f"{name:20}{row['cosine_mean']:8.4f}{row['cosine_min']:8.4f}{row['size_bytes'] / 1e6:7.1f}"
-              f"{row['smaller']:8.2f}{(row.get('latency_ms') or {}).get('p50', float('nan')):8.1f}{row['speedup'] or float('nan'):8.2f}  {verdict}")
+              f"{row['smaller']:8.2f}{(row.get('latency_ms') or {}).get('p50', float('nan')):8.1f}"
+              f"{row['speedup'] or float('nan'):8.2f}  {verdict}")
     for name, note in notes.items():
         print(f"  {name}: {note}")
     print(f"target: mean >= {TARGET['mean']}, min >= {TARGET['min']}, >= {TARGET['smaller']}x smaller, "

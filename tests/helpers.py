@@ -118,7 +118,8 @@ def misleading_model(path: Path) -> Path:
              helper.make_node("MatMul", ["am", "F2_w"], ["f2"], name="F2"),
              helper.make_node("Add", ["f2", "hidden"], ["s"], name="add"),
              helper.make_node("MatMul", ["s", "C_w"], ["y"], name="C")]
-    graph = helper.make_graph(nodes, "misleading", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
+    graph = helper.make_graph(nodes, "misleading",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", k])], inits)
     return save_graph(graph, path)
 

@@ -29,7 +29,8 @@ def _mlp(path: Path, width: int, layers: int, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     nodes, inits, prev = [], [], "x"
     for i in range(layers):
-        inits += [numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), f"w{i}"),
+        inits += [numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
+                                          f"w{i}"),
                   numpy_helper.from_array(rng.standard_normal(width).astype(np.float32) * 0.1, f"b{i}")]
         nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
                   helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
@@ -186,7 +187,8 @@ def progress(fraction, text):
 def _child(proc):
     try:
         stat = (proc / "stat").read_text()
-        return int(stat.rsplit(") ", 1)[1].split()[1]) == os.getpid() and b"onnxlite.benchmark.worker" in (proc / "cmdline").read_bytes()
+        parent = int(stat.rsplit(") ", 1)[1].split()[1])
+        return parent == os.getpid() and b"onnxlite.benchmark.worker" in (proc / "cmdline").read_bytes()
     except OSError:
         return False
 

@@ -99,7 +99,9 @@ def test_example_plugin_options_are_validated(site, mlp, tmp_path):
     assert not (tmp_path / "x.onnx").exists()
 
 
-@pytest.mark.parametrize("options", [(), ("--option", "keep_first=false"), ("--option", "keep_first=false", "--option", "exclude=/model/fc2/*")])
+@pytest.mark.parametrize("options",
+                         [(), ("--option", "keep_first=false"),
+                          ("--option", "keep_first=false", "--option", "exclude=/model/fc2/*")])
 def test_example_plugin_reports_the_nodes_really_kept_in_float(site, gemm_head, tmp_path, options):
     """The Gemm head is excluded for real (onnxruntime 1.32 would quantize it), and the report says so."""
     out = tmp_path / "guarded.onnx"

@@ -1,4 +1,5 @@
-"""The partial fallback's float prefix, and probes that never see the confirm part (docs/lighten.md, "The fallback rule")."""
+"""The partial fallback's float prefix, and probes that never see the confirm part (docs/lighten.md, "The fallback
+rule")."""
 
 from __future__ import annotations
 

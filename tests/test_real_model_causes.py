@@ -117,7 +117,8 @@ def test_verdict_says_within_budget_but_not_lighter():
     mixed = no_winner_message([*rows, over, failed], 1000)
     assert "1 over the accuracy budget" in mixed and "2 within the budget but not lighter" in mixed
     assert "1 failed before they could be judged" in mixed
-    assert no_winner_message([over], 1000).startswith("nothing qualifies: no candidate stayed within the accuracy budget")
+    assert no_winner_message([over], 1000).startswith(
+        "nothing qualifies: no candidate stayed within the accuracy budget")
 
 
 def test_lighten_normalises_once_and_reads_the_family_after(tmp_path):

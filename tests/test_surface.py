@@ -22,7 +22,8 @@ def test_ellipsize_never_cuts_a_number_and_marks_the_cut():
         assert len(short) <= width and short.endswith("…"), (width, short)
         kept = short[:-1].split()
         # every word kept is a whole word of the reason: "drop 0" never stands for "drop 0.04271"
-        assert kept == reason.split()[:len(kept)] or kept[-1].rstrip(",;:(") == reason.split()[len(kept) - 1].rstrip(",;:("), short
+        words = reason.split()
+        assert kept == words[:len(kept)] or kept[-1].rstrip(",;:(") == words[len(kept) - 1].rstrip(",;:("), short
     assert ellipsize(reason, len(reason)) == reason
 
 

@@ -154,7 +154,8 @@ class PluginHost:
             except BaseException as exc:  # a plugin calling sys.exit must not stop us either
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                self.broken.append(BrokenPlugin(ep.name, dist_name, dist_version, f"failed to import: {one_line(exc, 1000, kind=True)}"))
+                self.broken.append(BrokenPlugin(ep.name, dist_name, dist_version,
+                                                f"failed to import: {one_line(exc, 1000, kind=True)}"))
                 continue
             self.register(module, ep.name, dist_name, dist_version, builtin=False)
 

@@ -158,7 +158,8 @@ class Registry:
                     f"({owner(kept.plugin)}), which stays in use; the plugin should pick another name")
         who = " and ".join(f"{r.plugin.name} ({r.plugin.distribution} {r.plugin.version})"
                            for r in self.conflicts[(kind, name)])
-        return f"{kind} {name!r} is provided by more than one plugin: {who}; uninstall or block one (ONNXLITE_BLOCK_PLUGINS)"
+        return (f"{kind} {name!r} is provided by more than one plugin: {who}; "
+                "uninstall or block one (ONNXLITE_BLOCK_PLUGINS)")
 
     def get(self, kind: str, name: str) -> Registered:
         """Look up by name; unknown names get a "did you mean" suggestion."""

@@ -283,21 +283,27 @@ def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_f
     }
 
 
-def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress) -> None:
-    estimates = []
-    for i, (worker, row) in enumerate(zip(workers, rows)):
-        if warmup:
-            if progress:
-                progress(0.0, f"warming up {row.name}")
-            reply = worker.timed_turn(warmup)
-            if not reply["ok"]:
-                _fail(row, worker, reply["error"])
-                estimates.append(None)
-                continue
-            lat = sorted(reply["latencies_ms"])
-            estimates.append(lat[len(lat) // 2] / 1e3)
-        else:
+def _warm_up(workers, rows, warmup, progress) -> list[float | None]:
+    """Warm each worker up; each one's median warm-up latency in seconds (None without warm-up or on failure)."""
+    estimates: list[float | None] = []
+    for worker, row in zip(workers, rows):
+        if not warmup:
             estimates.append(None)
+            continue
+        if progress:
+            progress(0.0, f"warming up {row.name}")
+        reply = worker.timed_turn(warmup)
+        if not reply["ok"]:
+            _fail(row, worker, reply["error"])
+            estimates.append(None)
+            continue
+        lat = sorted(reply["latencies_ms"])
+        estimates.append(lat[len(lat) // 2] / 1e3)
+    return estimates
+
+
+def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress) -> None:
+    estimates = _warm_up(workers, rows, warmup, progress)
 
     def turn_size(estimate: float | None) -> int:
         if runs_per_turn:

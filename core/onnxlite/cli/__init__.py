@@ -34,7 +34,8 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show the version and exit.")
-@click.option("--list-plugins", is_flag=True, help="List frameworks, strategies, providers, metrics and broken plugins (`onnxlite plugins` has more).")
+@click.option("--list-plugins", is_flag=True,
+              help="List frameworks, strategies, providers, metrics and broken plugins (`onnxlite plugins` has more).")
 @click.option("--json", "as_json", is_flag=True, help="With --list-plugins: print JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks and trace plugin hook calls.")
 @click.pass_context

@@ -34,7 +34,8 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
 @session_options
 @json_option
 def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: int, batch: int, seq_len: int,
-          data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None, report_dir: Path | None, provider: str,
+          data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None,
+          report_dir: Path | None, provider: str,
           threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
     """Latency, throughput, load time, memory, size and op count of one or more ONNX models.
 

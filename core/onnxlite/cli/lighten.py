@@ -74,7 +74,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             data_options=option_pairs(data_options, "--data-option"),
             calibration=calibration,
             calibration_options=option_pairs(calibration_options, "--calibration-option"),
-            settings=settings, strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
+            settings=settings,
+            strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
             partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
             confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime)

@@ -176,7 +176,8 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     # Only an ONNX reference has an ONNX size; a .keras/.pt file is not a ModelProto.
     ref_size = (model_size(judge.reference_path) if judge.framework == "onnx" and judge.reference_path
                 and Path(judge.reference_path).is_file() else None)
-    return CompareResult(reference=str(reference) if isinstance(reference, (str, os.PathLike)) else judge.reference_name,
+    named = str(reference) if isinstance(reference, (str, os.PathLike)) else judge.reference_name
+    return CompareResult(reference=named,
                          framework=judge.framework, primary_metric=judge.primary,
                          reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
                          samples=judge.samples, data=judge.data_description,

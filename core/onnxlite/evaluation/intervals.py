@@ -61,7 +61,8 @@ class Parts:
 
 
 def split_parts(samples: int, fraction: float = SELECT_FRACTION, seed: int = 0) -> Parts:
-    """A seeded permutation of ``range(samples)`` cut into select and confirm parts (both non-empty when samples >= 2)."""
+    """A seeded permutation of ``range(samples)`` cut into select and confirm parts (both non-empty when samples >=
+    2)."""
     import numpy as np
 
     if samples < 2:

@@ -211,7 +211,8 @@ class Judge:
         specs = ref.specs(candidate)
         axes = {s.name: s.batch_axis for s in specs if s.batch_axis != 0}
         # a fixed batch axis (an Ultralytics export's 1) caps every batch the judge runs
-        fixed = [s.shape[s.batch_axis] for s in specs if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
+        fixed = [s.shape[s.batch_axis] for s in specs
+                 if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
         cap = min(fixed) if fixed else None
         batch_size = min(batch_size, cap) if cap else batch_size
         batches, labels, description = _prepare_data(data, specs, data_options, samples, batch_size, seq_len, seed)

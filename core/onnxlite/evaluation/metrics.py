@@ -42,7 +42,8 @@ KIND_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
                   "[batch, dim] named as an embedding: argmax means nothing there, direction does"),
     "scalar": (("cosine_mean", "cosine_min"), ("scalar_abs_error",),
                "one value per sample: cosine of one number is its sign, so absolute error"),
-    "class sequence": (("top1_agreement", "top5_agreement"), ("frame_agreement", "ctc_agreement", "slice_rel_error_max"),
+    "class sequence": (("top1_agreement", "top5_agreement"),
+                       ("frame_agreement", "ctc_agreement", "slice_rel_error_max"),
                        "[batch, frames, classes]: the class of each frame"),
     "sequence": (("top1_agreement", "top5_agreement"), ("slice_rel_error_max",),
                  "[batch, frames, features] without a mask: every frame weighs the same"),
@@ -249,7 +250,8 @@ def compute(metric: ResolvedMetric, reference: np.ndarray, candidate: np.ndarray
     except UsageError:
         raise
     except Exception as exc:
-        raise UsageError(f"metric {metric.name!r} on output {metric.output!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise UsageError(f"metric {metric.name!r} on output {metric.output!r} failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
 
 
 def drop(metric: ResolvedMetric, reference_score: float, candidate_score: float) -> float:

@@ -102,7 +102,8 @@ def strategies() -> list[Registered]:
 
 
 def applicable_strategies(model: Any, available_only: bool = True) -> list[Registered]:
-    """Strategies whose ``applies_to`` fits the model's graph family (see :func:`onnxlite.graph_family.model_family`)."""
+    """Strategies whose ``applies_to`` fits the model's graph family (see
+    :func:`onnxlite.graph_family.model_family`)."""
     from ..graph_family import matches, model_family
 
     family = model_family(model)

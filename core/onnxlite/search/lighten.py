@@ -61,7 +61,8 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
             max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
             executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None,
-            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None, target_runtime: str | None = None) -> LightenResult:
+            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None,
+            target_runtime: str | None = None) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
@@ -89,7 +90,8 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     if not 0 < confidence < 1:
         raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {confidence}")
     source = os.fspath(source)
-    out = Path(output_dir) if output_dir is not None else Path(f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
+    default_out = Path(f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
+    out = Path(output_dir) if output_dir is not None else default_out
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
     chosen = None
@@ -217,7 +219,8 @@ class _Search:
 
         self.emit("stage", {"message": "exporting and verifying against the source"})
         self.exported = export(self.source, self.work / "fp32.onnx", opset=opset, exporter=exporter,
-                               settings=self.settings, loaded=self.loaded, samples=export_samples(self.data.held_out, self.specs),
+                               settings=self.settings, loaded=self.loaded,
+                               samples=export_samples(self.data.held_out, self.specs),
                                on_step=lambda msg: self.emit("step", {"message": msg}))
         self.fp32 = Path(self.exported.path)
         if (done := normalize_file(self.fp32)) and done.summary():   # once per model, before family and candidates
@@ -301,7 +304,8 @@ class _Search:
             if row.status == "ok" and row.size_bytes and self.baseline.size_bytes and \
                     row.size_bytes > self.baseline.size_bytes * MIN_SHRINK:
                 row.status = "rejected"
-                row.reason = f"within budget but not lighter: {row.size_bytes / self.baseline.size_bytes:.2f}x the float size"
+                row.reason = (f"within budget but not lighter: "
+                              f"{row.size_bytes / self.baseline.size_bytes:.2f}x the float size")
             new.append(row)
             self.emit("candidate_done", {"name": row.name, "status": row.status, "reason": row.reason,
                                          "metrics": row.metrics, "primary": self.judge.primary})
@@ -335,14 +339,16 @@ class _Search:
 
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:
-        survivors = runtime_compat.refuse_unfit([r for r in self.rows if r.status == "ok"], getattr(self, "target", None))
+        survivors = runtime_compat.refuse_unfit([r for r in self.rows if r.status == "ok"],
+                                                getattr(self, "target", None))
         if not survivors:
             return
         samples = self.judge.samples
         size = max(1, min(batch or 32, samples, self.judge.batch_cap or samples))   # a fixed batch axis caps it
         feeds = self.judge.first_feeds(size)
         self.bench_batch = size
-        self.emit("stage", {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
+        self.emit("stage",
+                  {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
         models = [self.baseline] + survivors
         result = self.executor.bench([r.path for r in models], feeds=feeds, runs=runs, warmup=3,
                                      settings=self.settings, names=[r.name for r in models],
@@ -394,7 +400,8 @@ class _Search:
                 message += (f"; judged by measured drop, not at {self.evidence['confidence']:.0%} confidence: the "
                             f"held-out data cannot resolve the budget (see the report); ranked by {rank}")
         else:
-            message = no_winner_message(self.rows, self.baseline.size_bytes, bool((self.partial or {}).get("tried")), self.notes)
+            message = no_winner_message(self.rows, self.baseline.size_bytes, bool((self.partial or {}).get("tried")),
+                                        self.notes)
         return LightenResult(
             output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows,
             skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],

@@ -365,7 +365,8 @@ def _load_transformers(path: Path, source: str) -> TorchSource:
     try:
         import transformers
     except ImportError:
-        raise UsageError(f"{source}: a transformers folder needs transformers: pip install 'onnxlite[transformers]'") from None
+        raise UsageError(f"{source}: a transformers folder needs transformers: "
+                         "pip install 'onnxlite[transformers]'") from None
     from onnxlite.inputs import InputSpec
 
     try:
@@ -405,7 +406,8 @@ def _load_transformers(path: Path, source: str) -> TorchSource:
     elif "pixel_values" in params:
         size = getattr(config, "image_size", 224)
         size = size if isinstance(size, int) else int(size[0])
-        specs.append(InputSpec("pixel_values", "float32", ("batch", int(getattr(config, "num_channels", 3)), size, size)))
+        specs.append(InputSpec("pixel_values", "float32",
+                               ("batch", int(getattr(config, "num_channels", 3)), size, size)))
     summary = {key: getattr(config, key, None) for key in ("model_type", "num_attention_heads", "hidden_size",
                                                             "vocab_size")}
     return TorchSource(model, source, "transformers model", specs or None,
@@ -434,7 +436,8 @@ def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TorchSour
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise UsageError(f"{path}: cannot be loaded safely with torch.load(weights_only=True) "
-                         f"({' '.join(str(exc).split())[:200]}); save a state dict, TorchScript or a .pt2 program") from None
+                         f"({' '.join(str(exc).split())[:200]}); "
+                         "save a state dict, TorchScript or a .pt2 program") from None
     if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):

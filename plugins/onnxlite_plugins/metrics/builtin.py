@@ -150,7 +150,8 @@ class Accuracy:
     """Top-1 accuracy against the data's labels; the reference scores its own accuracy."""
 
     def applies(self, reference: Any, context: Any) -> bool:
-        return _is_logits(reference) and _class_labels(context.labels, reference.shape[0], reference.shape[1]) is not None
+        return (_is_logits(reference)
+                and _class_labels(context.labels, reference.shape[0], reference.shape[1]) is not None)
 
     def compute(self, reference: Any, candidate: Any, context: Any) -> float:
         np = _np()

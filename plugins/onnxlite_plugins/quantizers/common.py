@@ -34,7 +34,8 @@ def expand_node_patterns(node_names: Iterable[str], patterns: Iterable[str], opt
         hits = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
         if not hits:
             sample = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-            raise UsageError(f"--option {option}={pattern}: matches no {what} name in the model (names look like: {sample})")
+            raise UsageError(f"--option {option}={pattern}: matches no {what} name in the model (names look like: "
+                             f"{sample})")
         chosen.update(hits)
     return [n for n in names if n in chosen]
 
