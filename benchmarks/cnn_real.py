@@ -353,7 +353,20 @@ def main() -> None:
     if args.weight_error:
         weight_error(args)
         return
+    side_by_side(args, net)
 
+
+def log_event(kind: str, info: Any) -> None:
+    """lighten's stages, notes and finished candidates, on stderr."""
+    if kind in {"stage", "candidate_done", "note"}:
+        extra = ""
+        if kind == "candidate_done":
+            extra = f" {info.get('name')}: {info.get('status')} {info.get('reason') or ''}"
+        log(f"lighten {kind}: {info.get('message', '')}{extra}")
+
+
+def side_by_side(args: argparse.Namespace, net: Any) -> None:
+    """lighten, plain int8 and plain static side by side, scored against the source on views none of them saw."""
     import numpy as np
 
     import onnxlite
@@ -370,18 +383,11 @@ def main() -> None:
     settings = SessionSettings(threads=args.threads)
     log(f"{net.NAME}, {net.IMAGES} images: {', '.join(f'{k} {v.name}' for k, v in parts.items())}")
 
-    def on_event(kind: str, info: Any) -> None:
-        if kind in {"stage", "candidate_done", "note"}:
-            extra = ""
-            if kind == "candidate_done":
-                extra = f" {info.get('name')}: {info.get('status')} {info.get('reason') or ''}"
-            log(f"lighten {kind}: {info.get('message', '')}{extra}")
-
     started = time.perf_counter()
     result = onnxlite.lighten(weights, work / "lightened", model_class=model_class, inputs=inputs,
                               calibration=str(parts["calibration"]), data=str(parts["heldout"]),
                               metric="top1_agreement", max_drop=args.max_drop, settings=settings,
-                              batch=args.batch, force=True, on_event=on_event)
+                              batch=args.batch, force=True, on_event=log_event)
     lighten_seconds = time.perf_counter() - started
     fp32 = work / "fp32.onnx"
     onnxlite.export(weights, fp32, model_class=model_class, inputs=inputs)

@@ -180,17 +180,12 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
                 continue
             metric = None
             for output in outputs:
-                left_out, brought_in, why = KIND_RULES[kinds[output]]
-                builtin = entry.plugin.builtin
-                if getattr(entry.spec, "default", True):
-                    if builtin and entry.name in left_out:
-                        continue
-                elif not (builtin and entry.name in brought_in):
+                if not _default_for(entry, kinds[output]):
                     continue
                 metric = metric or entry.create()
                 if _applies(metric, entry.name, reference_outputs[output], context(output)):
-                    budget = KIND_BUDGETS.get(kinds[output], {}).get(entry.name) if builtin else None
-                    add(output, entry, f"{output} is {kinds[output]} ({why})", budget)
+                    budget = KIND_BUDGETS.get(kinds[output], {}).get(entry.name) if entry.plugin.builtin else None
+                    add(output, entry, f"{output} is {kinds[output]} ({KIND_RULES[kinds[output]][2]})", budget)
         if not resolved:
             raise UsageError("no metric applies to the model's outputs "
                              f"({', '.join(outputs)}); name one with --metric OUTPUT.METRIC")
@@ -209,6 +204,16 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
         for o in hits:
             add(o, entry)
     return list(resolved.values())
+
+
+def _default_for(entry: Any, kind: str) -> bool:
+    """Whether a registered metric is used by default on an output of ``kind``: a metric marked ``default``
+    unless the kind's rule leaves that built-in out, or a non-default built-in the rule brings in."""
+    left_out, brought_in, _why = KIND_RULES[kind]
+    builtin = entry.plugin.builtin
+    if getattr(entry.spec, "default", True):
+        return not (builtin and entry.name in left_out)
+    return bool(builtin and entry.name in brought_in)
 
 
 def _applies(metric: Any, name: str, reference: np.ndarray, context: MetricContext) -> bool:
