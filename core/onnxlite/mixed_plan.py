@@ -95,7 +95,7 @@ def promote(chosen: Mapping[str, str], sensitivity: Mapping[str, Mapping[str, fl
     return out
 
 
-def assignment_options(chosen: Mapping[str, str]) -> dict[str, object]:
+def assignment_options(chosen: Mapping[str, str]) -> dict[str, Any]:
     """``mixed`` options for a plan: the most common scheme as ``default``, the rest as ``assign`` items."""
     from collections import Counter
 

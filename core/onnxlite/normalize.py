@@ -170,4 +170,4 @@ def normalize_file(path, *, min_opset: int | None = PER_CHANNEL_MIN_OPSET) -> No
     done = normalize(full, min_opset=min_opset)
     if done.changed:
         save_model(done.model, path, external_data=True if external else None)
-    return replace(done, model=None)
+    return replace(done, model=None)  # type: ignore[arg-type]  # the written file replaces the proto

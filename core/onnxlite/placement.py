@@ -267,8 +267,9 @@ def parse_placement_log(text: str) -> dict[str, list[tuple[str, str]] | None]:
             placed[current] = None if header.group(1) == "All nodes" else []
             continue
         node = _PLACED_NODE.search(line)
-        if node and current is not None and placed[current] is not None:
-            placed[current].append((node.group(1), node.group(2)))
+        nodes = placed.get(current) if current is not None else None
+        if node and nodes is not None:
+            nodes.append((node.group(1), node.group(2)))
         elif "VerifyEachNodeIsAssignedToAnEp" not in line:
             current = None
     return placed

@@ -16,8 +16,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import pluggy
 
@@ -159,7 +161,7 @@ class PluginHost:
                 continue
             self.register(module, ep.name, dist_name, dist_version, builtin=False)
 
-    def call(self, hook_name: str):
+    def call(self, hook_name: str) -> Iterator[tuple[PluginInfo, Any]]:
         """Call one hook on every plugin separately, yielding ``(plugin name, result)``.
 
         Calling each implementation on its own means one plugin that raises is

@@ -247,7 +247,9 @@ def _write_feeds(target: Path, model: onnx.ModelProto, batch: int, seq_len: int,
                 raise UsageError(f"--data {data}: {len(dataset)} samples, fewer than --batch {batch}")
         else:
             batches = [make_feeds(specs, batch=batch, seq=seq_len, seed=seed, pad=True)]
-    np.savez(target, **{f"b{i}__{name}": array for i, chunk in enumerate(batches) for name, array in chunk.items()})
+    arrays: dict[str, Any] = {f"b{i}__{name}": array for i, chunk in enumerate(batches)
+                              for name, array in chunk.items()}
+    np.savez(target, **arrays)
 
 
 def _axes(model: onnx.ModelProto) -> dict[str, int | None]:

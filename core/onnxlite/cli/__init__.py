@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any
 
 import click
 
@@ -75,9 +76,9 @@ def _on_stop_signal(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _handle_stop_signals() -> dict[int, object]:
+def _handle_stop_signals() -> dict[int, Any]:
     """Install :func:`_on_stop_signal` (main thread only); returns the handlers to put back."""
-    previous: dict[int, object] = {}
+    previous: dict[int, Any] = {}
     for name in STOP_SIGNALS:
         number = getattr(signal, name, None)
         if number is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -75,11 +76,11 @@ class _progress:
 
     def __init__(self, err, enabled: bool):
         self.err, self.enabled = err, enabled
-        self.bar = None
+        self.bar: Any = None
 
     def __enter__(self):
         if not self.enabled:
-            seen = {"name": None, "quarter": -1}
+            seen: dict[str, Any] = {"name": None, "quarter": -1}
 
             def lines(fraction: float, name: str) -> None:
                 # "measuring A", "measuring B"... alternate every turn: a new step is a new verb, or

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -34,7 +35,7 @@ def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, f
 
     err = console(stderr=True)
 
-    def event(kind: str, info: dict) -> None:
+    def event(kind: str, info: Mapping[str, Any]) -> None:
         from rich.markup import escape
 
         name = escape(str(info.get("name", "")))

@@ -100,8 +100,8 @@ class _Plan:
             if spec and fixed and wanted != self.size:
                 raise UsageError(f"{where}: size={options['size']} does not fit input {self.name!r} "
                                  f"of shape {list(shape)}")
-        elif all(isinstance(d, int) for d in spatial):
-            self.size = (int(spatial[0]), int(spatial[1]))
+        elif isinstance(spatial[0], int) and isinstance(spatial[1], int):
+            self.size = (spatial[0], spatial[1])
         else:
             self.size = None  # keep each image's size (they must then agree)
 

@@ -210,12 +210,13 @@ def _set_confidence(judge: Judge, confidence: float | None) -> tuple[dict[str, A
     return unresolved, notes
 
 
-def _names(paths: Sequence[str]) -> list[str]:
+def _names(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     stems = [Path(p).stem for p in paths]
-    return [stem if stems.count(stem) == 1 else p for stem, p in zip(stems, paths)]
+    return [stem if stems.count(stem) == 1 else os.fspath(p) for stem, p in zip(stems, paths)]
 
 
-def _add_placement(result: CandidateResult, path: str, settings: SessionSettings, judge: Judge, check: bool) -> None:
+def _add_placement(result: CandidateResult, path: str | os.PathLike[str], settings: SessionSettings, judge: Judge,
+                   check: bool) -> None:
     from ..placement import format_advice, model_format
 
     result.format = model_format(path)

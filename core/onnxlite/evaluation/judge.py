@@ -83,7 +83,7 @@ def _clean(values: Mapping[str, float]) -> dict[str, float | None]:
     return {k: (None if v is None or not math.isfinite(v) else float(v)) for k, v in values.items()}
 
 
-def _concat(parts: list[Mapping[str, np.ndarray]], what: str,
+def _concat(parts: Sequence[Mapping[str, np.ndarray]], what: str,
             axes: Mapping[str, int | None] | None = None) -> dict[str, np.ndarray]:
     """Batches joined on each array's sample axis (``axes``: those not on 0; None keeps a scalar once)."""
     import numpy as np
@@ -134,7 +134,7 @@ def batch_first(outputs: Mapping[str, np.ndarray], axes: Mapping[str, int | None
     """Outputs with their sample axis first, as metrics and intervals read them (scalars as they are)."""
     import numpy as np
 
-    return {k: (np.moveaxis(v, axes[k], 0) if axes.get(k) else v) for k, v in outputs.items()}
+    return {k: (np.moveaxis(v, axis, 0) if (axis := axes.get(k)) else v) for k, v in outputs.items()}
 
 
 class Judge:
@@ -211,7 +211,7 @@ class Judge:
         specs = ref.specs(candidate)
         axes = {s.name: s.batch_axis for s in specs if s.batch_axis != 0}
         # a fixed batch axis (an Ultralytics export's 1) caps every batch the judge runs
-        fixed = [s.shape[s.batch_axis] for s in specs
+        fixed = [int(s.shape[s.batch_axis]) for s in specs
                  if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
         cap = min(fixed) if fixed else None
         batch_size = min(batch_size, cap) if cap else batch_size
@@ -355,7 +355,7 @@ def _rename_like(outputs: dict[str, np.ndarray], candidate: str | os.PathLike[st
     return outputs
 
 
-def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, Any] | None, samples: int,
+def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, Any] | None, samples: int | None,
                   batch_size: int, seq_len: int, seed: int) -> tuple[list[dict[str, np.ndarray]], Any, str]:
     """Batches of feeds, labels (or None) and a description of where they came from."""
     from ..data import Dataset, load_data

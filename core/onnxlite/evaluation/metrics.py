@@ -191,10 +191,10 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
                              f"({', '.join(outputs)}); name one with --metric OUTPUT.METRIC")
         return _ordered(resolved, outputs)
     for request in requested:
-        output, name = _split_request(request, outputs, registry.names("metric"))
+        forced, name = _split_request(request, outputs, registry.names("metric"))
         entry = registry.get("metric", name)
-        if output is not None:
-            add(output, entry)
+        if forced is not None:
+            add(forced, entry)
             continue
         metric = entry.create()
         hits = [o for o in outputs if _applies(metric, name, reference_outputs[o], context(o))]

@@ -107,7 +107,7 @@ def applicable_strategies(model: Any, available_only: bool = True) -> list[Regis
     from ..graph_family import matches, model_family
 
     family = model_family(model)
-    found = [r for r in strategies() if matches(tuple(r.spec.applies_to), family)]  # type: ignore[attr-defined]
+    found = [r for r in strategies() if matches(tuple(r.spec.applies_to), family)]
     return [r for r in found if r.available] if available_only else found
 
 
@@ -250,7 +250,7 @@ def _check_samples(feeds: Any, proto: onnx.ModelProto) -> dict[str, np.ndarray] 
     specs = specs_from_onnx(proto)
     fixed = [s.shape[s.batch_axis] for s in specs
              if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
-    count = min([CHECK_SAMPLES, *fixed])
+    count = min([CHECK_SAMPLES, *(int(d) for d in fixed)])
     dataset = getattr(feeds, "dataset", feeds)
     if isinstance(dataset, Mapping):   # feeds from a Python caller: cut on the model's sample axes
         return take_rows(dataset, 0, count, batch_axes(specs)) if dataset else None
@@ -284,7 +284,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     runtime = parse_target(target_runtime) if target_runtime else None   # a bad value fails before any work
     source = check_exists(model)
     entry = get_strategy(strategy_name)
-    spec: QuantizerSpec = entry.spec  # type: ignore[assignment]
+    spec: QuantizerSpec = entry.spec
     values = parse_spec_options(spec, options, flag=option_flag)
     target = Path(output) if output is not None else default_output(source, spec.name)
     if target.exists() and target.resolve() == source.resolve():

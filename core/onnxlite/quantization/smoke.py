@@ -64,7 +64,7 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
     reference_session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
     generated = samples is None
     proto = source_proto or load_model(source, load_external_data=False)
-    feeds = _sample_feeds(proto) if generated else samples
+    feeds = _sample_feeds(proto) if samples is None else samples
     try:
         session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
     except Exception as exc:

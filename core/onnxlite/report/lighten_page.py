@@ -265,8 +265,9 @@ def _table(report: Report, palette: dict[str, str]) -> str:
             size += f'<span class="ratio">{_times(base.size_bytes, row.size_bytes, "smaller", "larger")}</span>'
         p50 = _p50(row)
         speed = fmt_ms(p50) if p50 else "-"
-        if row is not base and p50 and _p50(base):
-            speed += f'<span class="ratio">{_times(_p50(base), p50, "faster", "slower")}</span>'
+        base_p50 = _p50(base)
+        if row is not base and p50 and base_p50:
+            speed += f'<span class="ratio">{_times(base_p50, p50, "faster", "slower")}</span>'
         cells += [f'<td class="num">{size}</td>', f'<td class="num">{speed}</td>']
         for key in keys:
             drop = (details.get("drops") or {}).get(key)

@@ -103,7 +103,7 @@ def _lighten_model(name: str, options: dict[str, Any], files: Mapping[str, str],
             if not isinstance(value, (str, dict)):
                 value = ray.get(value)
             local = materialize(value, Path(tmp) / f"in{index}")
-            relocate(options, key, path, local)
+            relocate(options, key, path, str(local))
         options.setdefault("workers", max(1, int(cpus)))
         extra: dict[str, Any] = {}
         if bench_on:

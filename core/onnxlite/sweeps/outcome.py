@@ -87,7 +87,7 @@ def from_report(name: str, source: str, outdir: Path) -> ModelOutcome:
     report = json.loads((outdir / "report.json").read_text())
     rows = report.get("rows", [])
     winner = next((r for r in rows if r.get("status") == "winner"), None)
-    base = next((r for r in rows if r.get("status") == "reference"), {})
+    base: dict[str, Any] = next((r for r in rows if r.get("status") == "reference"), {})
     message = next((s["text"] for s in report.get("sections", []) if s.get("heading") == "Result"), "")
     return ModelOutcome(name=name, source=source, status="lightened" if winner else "no winner",
                         output_dir=str(outdir), message=message, winner=winner and winner["name"],

@@ -108,7 +108,7 @@ def _versions(extra: Mapping[str, str] | None = None) -> str:
 _OP_RE = re.compile(r"aten(?:::|\.)[A-Za-z_][A-Za-z0-9_]*")
 
 
-def unsupported_operators(exc: BaseException) -> list[str]:
+def unsupported_operators(exc: BaseException | None) -> list[str]:
     """Operator names an exporter error mentions (``aten::histc``, ``aten.histc``), deduplicated."""
     texts = []
     seen: set[int] = set()
@@ -271,6 +271,8 @@ class TorchSource:
         program = torch.onnx.export(model, args, None, input_names=names, output_names=output_names,
                                     opset_version=opset, dynamo=True, dynamic_shapes=dynamic, optimize=True,
                                     verbose=False)
+        if program is None:
+            raise OnnxliteError("torch.onnx.export (dynamo) returned no program")
         program.save(str(path), external_data=False)
 
 
@@ -401,7 +403,7 @@ def _load_transformers(path: Path, source: str) -> TorchSource:
     if "input_ids" in params and vocab:
         specs.append(InputSpec("input_ids", "int64", ("batch", "seq"), (0, int(vocab)), "ids"))
         specs.append(InputSpec("attention_mask", "int64", ("batch", "seq"), (0, 2), "mask"))
-        if "token_type_ids" in params and getattr(config, "type_vocab_size", 0):
+        if "token_type_ids" in params and int(getattr(config, "type_vocab_size", 0) or 0):
             specs.append(InputSpec("token_type_ids", "int64", ("batch", "seq"), (0, 1), "type_ids"))
     elif "pixel_values" in params:
         size = getattr(config, "image_size", 224)

@@ -427,7 +427,7 @@ def _erfc(ctx: Any, node: Any, name: str, args: Any) -> None:
 
 
 #: tf2onnx's old-style handlers, ``{tf op: (function, args)}``, for ops it cannot convert itself.
-CUSTOM_OP_HANDLERS = {"Erfc": (_erfc, [])}
+CUSTOM_OP_HANDLERS: dict[str, tuple[Any, list[Any]]] = {"Erfc": (_erfc, [])}
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from onnxlite import Option, UsageError
 
@@ -136,7 +136,7 @@ class CalibrationReader:
         self.names = list(names) if names is not None else None
         self._iter: Iterator[dict[str, Any]] | None = None
         self._pos = 0
-        self._start, self._end = 0, None
+        self._start, self._end = 0, cast("int | None", None)
         self._count: int | None = None
         self._shapes: dict[str, tuple[int, ...]] = {}
         self.samples_seen = 0

@@ -312,8 +312,9 @@ def _options(bits: int | None, block: int, symmetric: bool, level: int,
 
 @hookimpl
 def register_quantizers():
-    common = {"requires": ("onnxruntime", "onnx"), "install": "onnxlite[cpu]", "applies_to": ("matmul", "transformer"),
-              "skip_reason": skip_reason}
+    common: dict[str, Any] = {"requires": ("onnxruntime", "onnx"), "install": "onnxlite[cpu]",
+                              "applies_to": ("matmul", "transformer"),
+                              "skip_reason": skip_reason}
     return [
         QuantizerSpec(
             name="weightonly",
