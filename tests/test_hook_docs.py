@@ -11,6 +11,8 @@ from onnxlite import hookspecs
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.unit
+
 HOOKS = sorted(name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
                if hasattr(fn, "onnxlite_spec"))
 DOC = (ROOT / "docs" / "plugins.md").read_text()

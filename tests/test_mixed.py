@@ -68,6 +68,7 @@ def test_planned_mixed_precision_meets_it_and_is_lighter(setup):
     assert [i.name for i in written.graph.initializer if i.data_type == TensorProto.FLOAT16] == ["F_w_fp16_F"]
 
 
+@pytest.mark.unit
 def test_promote_moves_the_worst_node_one_scheme_heavier():
     chosen = {"a": "block4", "b": "int8", "c": "float"}
     sensitivity = {"a": {"block4": 0.002}, "b": {"int8": 0.02}, "c": {}}

@@ -11,6 +11,8 @@ from onnxlite import ops
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.unit
+
 SOURCES = [p for p in sorted((ROOT / "core" / "onnxlite").rglob("*.py")) + sorted(
     (ROOT / "plugins" / "onnxlite_plugins").rglob("*.py")) if p != ROOT / "core" / "onnxlite" / "ops.py"]
 
