@@ -9,17 +9,23 @@ This module holds the one-call :func:`compare` the CLI uses and its result.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..stats import DEFAULT_CONFIDENCE
-from .judge import DEFAULT_BATCH, DEFAULT_SEQ, CandidateResult, Judge, Progress, _clean, _split_batches
+from .judge import (
+    CandidateResult,
+    Judge,
+    Progress,
+    ReferenceOptions,
+    _clean,
+    _split_batches,
+)
 
 if TYPE_CHECKING:
-    from ..inputs import InputSpec
     from ..report.model import Report
     from ..runtime import SessionSettings
 
@@ -123,12 +129,9 @@ class CompareResult:
 
 def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
             data: Any = None, metrics: Sequence[str] | None = None, max_drop: Any = None,
-            settings: SessionSettings | None = None, *, framework: str = "auto",
-            source_options: Mapping[str, Any] | None = None, data_options: Mapping[str, Any] | None = None,
-            inputs: Sequence[InputSpec] | None = None, primary: str | None = None,
-            samples: int | None = None, batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ,
-            seed: int = 0, placement: bool | None = None, confidence: float | None = DEFAULT_CONFIDENCE,
-            progress: Progress | None = None) -> CompareResult:
+            settings: SessionSettings | None = None, *, primary: str | None = None, placement: bool | None = None,
+            confidence: float | None = DEFAULT_CONFIDENCE, progress: Progress | None = None,
+            **reference_options: Any) -> CompareResult:
     """Score each candidate ONNX model against ``reference``.
 
     ``metrics``: metric names (``top1_agreement``) or keys
@@ -142,6 +145,9 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     cannot resolve at all is held to the measured drop and named in ``notes``;
     None judges by the measured drop alone.  ``placement``: report nodes that
     fall back to the CPU (default: whenever ``settings`` asks for a non-CPU provider).
+    ``reference_options``: how the reference loads and which samples it runs on, the fields of
+    :class:`~onnxlite.evaluation.judge.ReferenceOptions` (``framework``, ``source_options``,
+    ``data_options``, ``inputs``, ``samples``, ``batch_size``, ``seq_len``, ``seed``).
     """
     from ..modelio import check_model, model_size
     from ..runtime import SessionSettings, resolve_providers
@@ -160,10 +166,9 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     settings = settings or SessionSettings()
     resolve_providers(settings)  # an unavailable provider is an error before the reference runs
     say = progress or (lambda _msg: None)
-    judge = Judge.from_reference(reference, data, candidates[0], framework=framework, source_options=source_options,
-                                 data_options=data_options, inputs=inputs, metrics=metrics, max_drop=max_drop,
-                                 primary=primary, settings=settings, samples=samples, batch_size=batch_size,
-                                 seq_len=seq_len, seed=seed, progress=say)
+    how = ReferenceOptions.of(None, {**reference_options, "settings": settings})
+    judge = Judge.from_reference(reference, data, candidates[0], metrics=metrics, max_drop=max_drop,
+                                 primary=primary, progress=say, how=how)
     unresolved, notes = _set_confidence(judge, confidence)
     names = _names(candidates)
     check_placement = settings.provider != "cpu" if placement is None else placement
