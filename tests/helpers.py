@@ -7,15 +7,17 @@ export tests name as ``file.py:name`` sources, so it must stay a plain file that
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import save_graph
+from conftest import ROOT, save_graph
 
 #: the width of fragile_model's square layers
 FRAGILE_WIDTH = 128
@@ -225,3 +227,13 @@ def chromium() -> str:
     if os.environ.get("CI"):
         pytest.fail("chromium is not installed (CI must have it: apt-get install -y chromium)")
     pytest.skip("chromium is not installed")
+
+
+def load_script(relative: str) -> ModuleType:
+    """A script of the repository (``benchmarks/layout_counts.py``) imported by path: scripts are not a package."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -5,12 +5,12 @@ is registered, both packages ship py.typed, the licence matches, and no function
 from __future__ import annotations
 
 import ast
-import re
 import sys
 
 import pytest
 
 from conftest import ROOT
+from helpers import load_script
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,7 +20,9 @@ else:   # Python 3.10: the tomli backport pyproject.toml installs there
 pytestmark = pytest.mark.unit
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-MAX_PARAMETERS = 10
+#: the walk benchmarks/layout_counts.py prints
+LAYOUT = load_script("benchmarks/layout_counts.py")
+MAX_PARAMETERS = LAYOUT.MAX_PARAMETERS
 #: functions owed a config record (the search is being typed on its own branch); shrink this list, never grow it
 TOO_MANY_PARAMETERS_FOR_NOW = {
     "core/onnxlite/search/lighten.py:lighten",       # 31: LightenConfig (issue 26, item 2)
@@ -79,25 +81,8 @@ def test_the_changelog_keeps_a_changelog():
     assert text.startswith("# Changelog") and "keepachangelog.com" in text and "## [Unreleased]" in text
 
 
-def _parameter_counts() -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for root in ("core/onnxlite", "plugins/onnxlite_plugins"):
-        for path in sorted((ROOT / root).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    continue
-                if any(re.search(r"\bclick\b", ast.unparse(d)) for d in node.decorator_list):
-                    continue   # a click command takes one parameter per flag
-                names = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
-                if names[:1] in (["self"], ["cls"]):
-                    names = names[1:]
-                counts[f"{path.relative_to(ROOT)}:{node.name}"] = len(names)
-    return counts
-
-
 def test_no_function_takes_more_than_ten_parameters():
-    counts = _parameter_counts()
-    over = {name: n for name, n in counts.items() if n > MAX_PARAMETERS}
+    over = {name: n for name, n in LAYOUT.parameter_counts().items() if n > MAX_PARAMETERS}
     assert set(over) - TOO_MANY_PARAMETERS_FOR_NOW == set(), "group them into a frozen dataclass"
     # an entry that no longer needs its exemption must leave the list
     assert TOO_MANY_PARAMETERS_FOR_NOW - set(over) == set(), "remove these from TOO_MANY_PARAMETERS_FOR_NOW"

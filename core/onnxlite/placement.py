@@ -342,10 +342,9 @@ def record_fallback(rows: Iterable[Any], settings: SessionSettings,
 
 def annotate_reasons(rows: Iterable[Any], fallback: Mapping[str, Mapping[str, Any]]) -> None:
     """Append each row's fallback summary (from :func:`record_fallback`) to its reason, for tables and reports."""
-    for row in rows:
-        if row.name in fallback:
-            summary = fallback[row.name]["summary"]
-            row.reason = f"{row.reason}; {summary}" if row.reason else summary
+    for row in (r for r in rows if r.name in fallback):
+        summary = fallback[row.name]["summary"]
+        row.reason = f"{row.reason}; {summary}" if row.reason else summary
 
 
 def report_fallback(rows: list[Any], settings: SessionSettings, feeds: Mapping[str, np.ndarray] | None,

@@ -52,9 +52,8 @@ GENERATED_SAMPLES = 128
 
 def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None, *,
             framework: str = "auto", inputs: Sequence[Any] | None = None, model_class: str | None = None,
-            opset: int | None = None, exporter: str | None = None,
-            max_drop: Any = None, metric: Sequence[str] | str | None = None,
-            data: Any = None, data_options: Mapping[str, Any] | None = None,
+            opset: int | None = None, exporter: str | None = None, max_drop: Any = None,
+            metric: Sequence[str] | str | None = None, data: Any = None, data_options: Mapping[str, Any] | None = None,
             calibration: Any = None, calibration_options: Mapping[str, Any] | None = None,
             settings: SessionSettings | None = None, strategies: Sequence[str] | None = None,
             recipe: str | os.PathLike[str] | None = None, objective: str | None = None, force: bool = False,
@@ -90,8 +89,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     if not 0 < confidence < 1:
         raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {confidence}")
     source = os.fspath(source)
-    default_out = Path(f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
-    out = Path(output_dir) if output_dir is not None else default_out
+    out = Path(output_dir if output_dir is not None else f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
     chosen = None
@@ -218,9 +216,8 @@ class _Search:
         from .tasks import save_judge
 
         self.emit("stage", {"message": "exporting and verifying against the source"})
-        self.exported = export(self.source, self.work / "fp32.onnx", opset=opset, exporter=exporter,
-                               settings=self.settings, loaded=self.loaded,
-                               samples=export_samples(self.data.held_out, self.specs),
+        self.exported = export(self.source, self.work / "fp32.onnx", opset=opset, exporter=exporter, loaded=self.loaded,
+                               settings=self.settings, samples=export_samples(self.data.held_out, self.specs),
                                on_step=lambda msg: self.emit("step", {"message": msg}))
         self.fp32 = Path(self.exported.path)
         if (done := normalize_file(self.fp32)) and done.summary():   # once per model, before family and candidates
