@@ -149,10 +149,10 @@ def register_frameworks():
 
 
 def test_cli_basics_and_usage_errors():
-    from onnxlite.plugins import _onnxlite_version
+    import onnxlite
 
     version = run_cli("--version")
-    assert version.returncode == 0 and version.stdout.strip() == f"onnxlite {_onnxlite_version()}"
+    assert version.returncode == 0 and version.stdout.strip() == f"onnxlite {onnxlite.__version__}"
     helped = run_cli("--help")
     assert helped.returncode == 0
     for command in ("export", "quantize", "compare", "bench", "lighten"):
