@@ -197,3 +197,15 @@ def test_help_listing_and_sweep_help_do_not_import_ray():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "RAY=False" in result.stdout, result.stdout[-300:]
+
+
+@pytest.mark.unit
+def test_the_sweep_api_is_a_plain_function_that_its_package_never_hides():
+    import types
+
+    import onnxlite
+    import onnxlite.sweeps  # importing the package sets it on onnxlite: named sweeps, it cannot hide sweep()
+
+    assert isinstance(onnxlite.sweep, types.FunctionType)
+    assert onnxlite.sweep is onnxlite.sweeps.sweep
+    assert onnxlite.sweeps.SweepResult.__module__ == "onnxlite.sweeps.outcome"

@@ -152,6 +152,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     from ..modelio import check_model, model_size
     from ..runtime import SessionSettings, resolve_providers
 
+    how = ReferenceOptions.of(None, reference_options)   # an unknown keyword fails before any work
     if isinstance(candidates, (str, os.PathLike)):
         candidates = [candidates]
     candidates = [str(c) for c in candidates]
@@ -166,7 +167,7 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     settings = settings or SessionSettings()
     resolve_providers(settings)  # an unavailable provider is an error before the reference runs
     say = progress or (lambda _msg: None)
-    how = ReferenceOptions.of(None, {**reference_options, "settings": settings})
+    how = ReferenceOptions.of(how, {"settings": settings})
     judge = Judge.from_reference(reference, data, candidates[0], metrics=metrics, max_drop=max_drop,
                                  primary=primary, progress=say, how=how)
     unresolved, notes = _set_confidence(judge, confidence)
