@@ -324,7 +324,7 @@ class TensorFlowSource:
         used_opset = min(int(opset), max_opset)
         with _captured_tf2onnx_log() as errors:
             try:
-                model = _convert(graph_fn, len(signature), used_opset)
+                model = convert_function(graph_fn, len(signature), used_opset)
             except UsageError:
                 raise
             except Exception as exc:
@@ -377,7 +377,7 @@ class TensorFlowSource:
         return named
 
 
-def _convert(graph_fn: Any, n_inputs: int, opset: int) -> Any:
+def convert_function(graph_fn: Any, n_inputs: int, opset: int) -> Any:
     """``tf2onnx.convert.from_function``, except that captured tensors stay constants.
 
     ``from_function`` makes every non-resource input of the concrete function
