@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxlite
+
 from conftest import U8U8
 from export_models import LastHiddenState
 
