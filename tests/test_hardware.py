@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import save_graph
 from onnx import TensorProto, helper, numpy_helper
+
 from onnxlite import hardware
 from onnxlite.errors import UsageError
 from onnxlite.hardware import Hardware
+
+from conftest import save_graph
 
 EPYC_FLAGS = {"avx2", "fma", "f16c"}
 XEON_FLAGS = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni"}
 XEON_CPUINFO = XEON_FLAGS | {"avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "sse4_2"}
 
 
-def fake_cpu(monkeypatch, arch: str, numpy_flags: set[str] | None, cpuinfo: set[str], name: str = "Test CPU") -> Hardware:
+def fake_cpu(monkeypatch, arch: str, numpy_flags: set[str] | None, cpuinfo: set[str],
+             name: str = "Test CPU") -> Hardware:
     monkeypatch.setattr(hardware, "_arch", lambda: arch)
     monkeypatch.setattr(hardware, "_numpy_flags", lambda: None if numpy_flags is None else set(numpy_flags))
     monkeypatch.setattr(hardware, "_cpuinfo", lambda: (name, set(cpuinfo)))
@@ -133,8 +136,8 @@ def small_matmul_model(path):
 def _grid(path, here, target=None, strategies=("dynamic", "smoothquant", "static", "fp16")):
     from onnxlite.search.candidates import build_candidates
 
-    found, skipped = build_candidates(path, strategies=list(strategies), has_calibration=True,
-                                      hardware=here, target=target)
+    isa = hardware.JudgedOn(here, target) if here is not None else None
+    found, skipped = build_candidates(path, strategies=list(strategies), has_calibration=True, isa=isa)
     return {c.name: c for c in found}, skipped
 
 
@@ -280,8 +283,9 @@ def test_the_recipe_records_the_isa_and_a_replay_on_another_isa_warns(tmp_path, 
 
 
 def quantized_model(tmp_path, metadata: dict[str, str], name: str = "m"):
-    from onnxlite.modelio import load_model, save_model, set_metadata
     from onnxruntime.quantization import quantize_dynamic
+
+    from onnxlite.modelio import load_model, save_model, set_metadata
 
     tmp_path = tmp_path / name
     tmp_path.mkdir()
@@ -296,6 +300,7 @@ def quantized_model(tmp_path, metadata: dict[str, str], name: str = "m"):
 
 def test_a_model_judged_on_another_isa_warns_once_in_compare(tmp_path, monkeypatch):
     from click.testing import CliRunner
+
     from onnxlite.cli import cli
 
     fp32, int8 = quantized_model(tmp_path, hardware.metadata(hardware.declared("amx"), None, portable=False))

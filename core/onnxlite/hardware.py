@@ -266,7 +266,8 @@ def where_it_holds(here: Hardware, target: Hardware | None) -> str:
     if target is None or target.isa == here.isa:
         return said
     if not answers_differ(here, target):
-        return f"{said} for {target.isa} (--target-cpu), whose int8 kernels give the same answers; speed not timed there"
+        return (f"{said} for {target.isa} (--target-cpu), whose int8 kernels give the same answers; "
+                "speed not timed there")
     return (f"{said} for {target.isa} (--target-cpu), whose int8 kernels differ: only saturation-free int8 numerics "
             f"were tried, so the answers hold on both; speed not timed on {target.isa}")
 
@@ -287,3 +288,25 @@ def isa_settings(here: Hardware, target: Hardware | None) -> dict[str, Any]:
 def header(provider: str = "cpu") -> str:
     """The line every benchmark script prints first, so each figure it prints names the CPU it was measured on."""
     return detect(provider).line()
+
+
+@dataclass(frozen=True)
+class JudgedOn:
+    """Where a search judges and times its candidates (``here``), and the CPU kind it chooses for (``target``)."""
+
+    here: Hardware
+    target: Hardware | None = None
+
+    def note(self) -> str:
+        return where_it_holds(self.here, self.target)
+
+    def settings(self) -> dict[str, Any]:
+        return isa_settings(self.here, self.target)
+
+    def metadata(self, portable: bool) -> dict[str, str]:
+        return metadata(self.here, self.target, portable)
+
+
+def judged_on(provider: str = "cpu", target_cpu: str | None = None) -> JudgedOn:
+    """This machine and the ``--target-cpu`` kind (an unknown name is a usage error)."""
+    return JudgedOn(detect(provider), parse_target_cpu(target_cpu))

@@ -8,8 +8,7 @@ from typing import Any
 import click
 
 from ..errors import OnnxliteError
-from .common import (console, emit_json, is_tty, json_option, option_pairs, session_options, session_settings,
-                     warn_isa)
+from .common import console, emit_json, is_tty, json_option, option_pairs, session_options, session_settings, warn_isa
 
 
 @click.command(short_help="Latency, throughput, memory and size of ONNX models, interleaved.")

@@ -55,8 +55,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             data: str | None, data_options: tuple[str, ...], calibration: str | None,
             calibration_options: tuple[str, ...], strategies: str | None, recipe: str | None, objective: str | None,
             force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None,
-            framework_options: tuple[str, ...], batch: int | None,
-            runs: int, workers: int | None, no_partial: bool, target_cpu: str | None, provider: str, threads: int | None,
+            framework_options: tuple[str, ...], batch: int | None, runs: int, workers: int | None,
+            no_partial: bool, target_cpu: str | None, provider: str, threads: int | None,
             graph_optimization: str, execution_mode: str, target_runtime: str | None, as_json: bool,
             **executor: Any) -> None:
     """Find the smallest, fastest model that stays within an accuracy budget.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..hardware import Hardware
+    from ..hardware import Hardware, JudgedOn
 
 
 @dataclass(frozen=True)
@@ -151,15 +151,15 @@ def isa_grid(spec: Any, here: Hardware | None,
     if len(kept) == len(grid):
         return grid, None
     saturating = here if here.int8_saturates else target
-    return kept, (f"its int8 kernels saturate on {saturating.isa} and not on "
-                  f"{(target if saturating is here else here).isa}: the answers judged on {here.isa} (this machine) "
-                  f"would not be the ones {target.isa} (--target-cpu) gives; only its saturation-free variants are tried")
+    other = target if saturating is here else here
+    return kept, (f"its int8 kernels saturate on {saturating.isa} and not on {other.isa}: the answers judged on "
+                  f"{here.isa} (this machine) would not be the ones {target.isa} (--target-cpu) gives; only its "
+                  "saturation-free variants are tried")
 
 
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
                      provider: str = "cpu", generated_calibration: bool = False,
-                     hardware: Hardware | None = None,
-                     target: Hardware | None = None) -> tuple[list[Candidate], list[Skipped]]:
+                     isa: JudgedOn | None = None) -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
 
     ``strategies`` limits the search to those names (then a GPU-only strategy
@@ -170,8 +170,8 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
     (fp16) are tried on the CPU too: they are cheap, halve the size, and on recurrent or
     mixed-range models they keep answers that int8 loses (issue 12).  On a provider other than the CPU, a
     candidate whose format (``output_format``) the provider does not declare
-    among its ``fast_formats`` is skipped unless its strategy is named.  ``hardware`` (this machine) and
-    ``target`` (``--target-cpu``, :mod:`onnxlite.hardware` records) shape each grid (:func:`isa_grid`).
+    among its ``fast_formats`` is skipped unless its strategy is named.  ``isa`` (this machine and the
+    ``--target-cpu`` kind, :class:`onnxlite.hardware.JudgedOn`) shapes each grid (:func:`isa_grid`).
     """
     from ..graph_family import as_model, matches, model_family
     from ..registry import get_registry
@@ -203,7 +203,7 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
             skipped.append(Skipped(spec.name, reason))
             continue
         seen = set()
-        grid, left_out = isa_grid(spec, hardware, target)
+        grid, left_out = isa_grid(spec, isa.here, isa.target) if isa is not None else (tuple(spec.grid or ({},)), None)
         if left_out:
             skipped.append(Skipped(f"{spec.name} (saturating variants)", left_out))
         for options in grid:

@@ -76,9 +76,12 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     OUTDIR gets ``model.onnx``, ``recipe.toml`` and ``report.html/json/md``.
     ``executor`` runs the candidates and the benchmark: ``"local"`` (a process pool here), ``"ray"``
     (Ray tasks on the cluster at ``ray_address``; ``bench_on`` a node label or resource for the
-    benchmark) or an :class:`onnxlite.executors.Executor`.  ``target_cpu``: the CPU kind it will run on (:mod:`onnxlite.hardware`), checked before any work.
+    benchmark) or an :class:`onnxlite.executors.Executor`.  ``target_cpu``: the kind of CPU the model will
+    run on, when not this one (``"avx2"``, ``"avx512-vnni"``, ``"arm64"``...: :mod:`onnxlite.hardware`).
     """
     from ..atomic import scratch_dir
+    from ..evaluation.metrics import check_budget_values
+    from ..executors import get_executor
     from ..runtime import SessionSettings, resolve_providers
 
     started = time.perf_counter()
@@ -110,18 +113,14 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             max_drop = dict(chosen.budgets) if chosen.budgets else chosen.max_drop
         objective = chosen.objective if objective is None else objective
     max_drop = DEFAULT_MAX_DROP if max_drop is None else max_drop
-    from ..evaluation.metrics import check_budget_values
-
     check_budget_values(max_drop)
     objective = objective or "latency"
     if objective not in {"latency", "size"}:
         raise UsageError(f"--objective: expected latency or size, got {objective!r}")
     metrics = [metric] if isinstance(metric, str) else (list(metric) if metric else None)
     resolve_providers(settings)  # an unavailable provider fails before any work
-
-    from ..executors import get_executor
-
-    isa, runner = (hardware.detect(settings.provider), hardware.parse_target_cpu(target_cpu)), get_executor(executor, ray_address=ray_address, bench_on=bench_on)
+    isa = hardware.judged_on(settings.provider, target_cpu)   # so does an unknown --target-cpu
+    runner = get_executor(executor, ray_address=ray_address, bench_on=bench_on)
     with scratch_dir(out) as work, contextlib.closing(runner):
         state = _Search(source, work, settings, emit, runner, isa)
         state.confidence, state.target = confidence, runtime_compat.target_or_none(target_runtime)
@@ -153,14 +152,15 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
 class _Search:
     """The state of one ``lighten`` run, step by step."""
 
-    def __init__(self, source: str, work: Path, settings: SessionSettings, emit: Event, executor: Any, isa: tuple[hardware.Hardware, hardware.Hardware | None]):
-        (self.source, self.work, self.settings, self.emit), (self.hardware, self.target_cpu) = (source, work, settings, emit), isa
-        self.executor = executor   # where candidates and the benchmark run (onnxlite.executors)
+    def __init__(self, source: str, work: Path, settings: SessionSettings, emit: Event, executor: Any,
+                 isa: hardware.JudgedOn):
+        self.source, self.work, self.settings, self.emit = source, work, settings, emit
+        self.executor, self.isa = executor, isa   # where tasks run (onnxlite.executors); the CPU they judge on
         self.rows: list[CandidateRow] = []
         self.skipped: list[Skipped] = []
         self.candidates: list[Candidate] = []
         self.partial: dict[str, Any] | None = None
-        self.notes: list[str] = [hardware.where_it_holds(*isa)]   # the verdict names the ISA it holds on
+        self.notes: list[str] = [isa.note()]   # the verdict names the ISA it was judged and timed on
 
     # 1. the source, loaded once: it serves the export and the judge (a file.py runs once)
     def load(self, framework, inputs, model_class, framework_options=None) -> None:
@@ -246,7 +246,7 @@ class _Search:
         self.candidates, self.skipped = build_candidates(self.fp32, strategies=strategies,
                                                          has_calibration=self.calibration_file is not None,
                                                          generated_calibration=self.generated_calibration is not None,
-                                                         provider=self.settings.provider, hardware=self.hardware, target=self.target_cpu)
+                                                         provider=self.settings.provider, isa=self.isa)
         if self.generated_calibration is not None:
             from ..registry import get_registry
             from .heldout import GENERATED_CALIBRATION
@@ -408,7 +408,7 @@ class _Search:
             settings={"provider": self.settings.provider, "threads": self.settings.threads,
                       "bench_batch": getattr(self, "bench_batch", None), "held_out_samples": self.judge.samples,
                       "recipe": bool(recipe), "executor": self.executor.describe(),
-                      **getattr(self, "measured_on", {}), **hardware.isa_settings(self.hardware, self.target_cpu)},
+                      **getattr(self, "measured_on", {}), **self.isa.settings()},
         )
 
     def _evidence_record(self) -> dict[str, Any]:

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 def publish(search: Any, result: LightenResult, out: Path) -> None:
     """Write what ``search`` (the lighten run's state) found into ``out``; record the paths on ``result``."""
     from ..atomic import replace_dir, write_text
-    from ..hardware import metadata
     from ..modelio import publish_model
     from ..report.files import write_report
     from .recipes import Recipe, copy_hf_files
@@ -30,14 +29,14 @@ def publish(search: Any, result: LightenResult, out: Path) -> None:
         judge = search.judge
         # the ISA it was judged on travels in the model, so a lone model.onnx can say where its verdict holds
         publish_model(result.winner.path, staged / "model.onnx", runtime=getattr(search, "target", None),
-                      metadata=metadata(search.hardware, search.target_cpu, _portable(result.winner)))
+                      metadata=search.isa.metadata(_portable(result.winner)))
         recipe = Recipe(strategy=result.winner.strategy, options=result.winner.options,
                         excluded_nodes=tuple(result.winner.keep_float), metric=judge.primary,
                         max_drop=judge.budgets.get(judge.primary),
                         budgets=dict(judge.budgets), objective=result.objective,
                         provider=search.settings.provider, framework=search.framework,
-                        inputs=tuple(str(s) for s in search.specs), hardware=search.hardware.to_dict(),
-                        target_cpu=search.target_cpu.isa if search.target_cpu else None, **search.record)
+                        inputs=tuple(str(s) for s in search.specs), hardware=search.isa.here.to_dict(),
+                        target_cpu=search.isa.target.isa if search.isa.target else None, **search.record)
         write_text(staged / "recipe.toml", recipe.to_toml())
         copy_hf_files(search.source, staged, staged / "model.onnx")   # config and tokenizer: it loads as it came
     names = write_report(result.to_report(), staged)

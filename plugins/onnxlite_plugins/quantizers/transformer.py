@@ -182,9 +182,10 @@ def _symbolic_shape_inference():
 class TransformerQuantizer:
     def quantize(self, model: Path, output: Path, options: Mapping[str, Any], context) -> QuantizeOutcome:
         import onnx
+        from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
+
         from onnxlite.modelio import uses_external_data
         from onnxlite.runtime import quiet_root_logging
-        from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
 
         if options["model_type"] != "auto" and options["model_type"] not in MODEL_TYPES:
             raise UsageError(f"--option model_type={options['model_type']}: onnxruntime's optimizer knows "
