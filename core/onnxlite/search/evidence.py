@@ -196,15 +196,22 @@ def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
 
 # -- the fallback rule -----------------------------------------------------------------------------------
 
-def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can_exclude: Any) -> tuple[Any, str]:
+def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can_exclude: Any,
+                  fast: Any = None) -> tuple[Any, str]:
     """The over-budget candidate to repair, and why (``(None, reason)`` when there is none worth it).
 
     With nothing passing: the lightest candidate within 3x of the budget, else the
     closest.  With a passing one: only candidates at most ``CLEARLY_LIGHTER`` of its size.
+    ``fast(row)`` (:func:`onnxlite.search.quick.fast_enough`) says whether a row is no slower than fp32
+    here: a slower one is never a base, and a slower passing one never stops a fast one's repair.
     """
-    usable = [r for r in rows if r.over_budget and r.path and primary in r.drops
+    fast = fast or (lambda _row: True)
+    usable = [r for r in rows if r.over_budget and r.path and primary in r.drops and not getattr(r, "same_as", None)
               and math.isfinite(r.drops[primary]) and can_exclude(r.strategy)]
-    passing = [r for r in rows if r.status in {"ok", "winner"} and r.size_bytes]
+    if usable and not any(fast(r) for r in usable):
+        return None, "every over-budget candidate is slower than fp32 on this machine (--objective size repairs them)"
+    usable = [r for r in usable if fast(r)]
+    passing = [r for r in rows if r.status in {"ok", "winner"} and r.size_bytes and fast(r)]
     if passing:
         lightest = min(r.size_bytes for r in passing)
         usable = [r for r in usable if (r.size_bytes or 0) <= CLEARLY_LIGHTER * lightest]
@@ -236,10 +243,13 @@ def run_probes(state: Any, candidates: Sequence[Candidate], workers: int | None,
     offset = 100000 + len(getattr(state, "_probes", []))
     tasks = [state._task(c, offset + i) | ({"judge": str(judge)} if judge else {}) for i, c in enumerate(candidates)]
     state.emit("stage", {"message": f"{what}: {len(tasks)} probe model(s)"})
-    results = list(state.executor.run_tasks(tasks, state.work / "probes", workers))
+    from .trials import run_trials, untried_result
+
+    # through the trials: a probe repeating a candidate, or cached from an earlier run, is not run again
+    found = run_trials(state.trials, candidates, tasks, workers, state.work / "probes", stage=f"probes: {what}")
+    results = [r if r is not None else untried_result(c) for c, r in zip(candidates, found)]
     state._probes = getattr(state, "_probes", []) + results
-    order = {c.name: i for i, c in enumerate(candidates)}
-    return sorted(results, key=lambda r: order.get(r.name, 0))
+    return results
 
 
 def probe_drop(result: Any, rank: str) -> float:
@@ -364,4 +374,12 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
         if promoted is None:
             break
         chosen = promoted
+    return record
+
+
+def evidence_record(evidence: Mapping[str, Any], rows: Sequence[CandidateRow], judge: Any) -> dict[str, Any]:
+    """The evidence the report shows: the search's, with the width notes and why each default metric judges."""
+    record = dict(evidence)
+    record["width_notes"] = width_notes(rows, judge.budgets, judge.estimate_only)
+    record["metric_why"] = {m.key: m.why for m in judge.metrics if m.why}   # defaults: why each one
     return record

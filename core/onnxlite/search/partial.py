@@ -192,7 +192,7 @@ def _select_drop(row: Any, rank: str) -> float:
 
 
 def fallback_bases(rows: Sequence[Any], primary: str, budget: float, can_exclude: Any,
-                   rank: str | None = None) -> tuple[list[Any], str]:
+                   rank: str | None = None, fast: Any = None) -> tuple[list[Any], str]:
     """The over-budget candidates to repair, in order, and why (``([], reason)`` when none is worth it).
 
     The first is :func:`~onnxlite.search.evidence.fallback_base`'s.  When it is within 3x of the
@@ -202,14 +202,14 @@ def fallback_bases(rows: Sequence[Any], primary: str, budget: float, can_exclude
     """
     from .evidence import fallback_base
 
-    first, why = fallback_base(rows, primary, budget, can_exclude)
+    first, why = fallback_base(rows, primary, budget, can_exclude, fast)
     if first is None:
         return [], why
     bases = [first]
     if first.drops[primary] <= 3 * budget:
         remaining = [r for r in rows if r is not first]
         while len(bases) < MAX_BASES:
-            found, _ = fallback_base(remaining, primary, budget, can_exclude)
+            found, _ = fallback_base(remaining, primary, budget, can_exclude, fast)
             if found is None or found.drops[primary] > 3 * budget \
                     or (found.size_bytes or 0) > (first.size_bytes or 0) * (1 + BASE_SIZE_SLACK):
                 break
@@ -262,8 +262,12 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     primary = state.judge.primary
     budget = state.judge.budgets.get(primary) or 0.0
     rank = state.evidence["rank_metric"]
+    from .quick import fast_enough
+
+    # speed measured early (search.quick): a base slower than fp32 here is not worth repairing for latency
     bases, why = fallback_bases(state.rows, primary, budget,
-                                lambda strategy: exclude_option(registry.get("quantizer", strategy).spec), rank)
+                                lambda strategy: exclude_option(registry.get("quantizer", strategy).spec), rank,
+                                fast_enough(getattr(state, "quick", None), getattr(state, "objective", "latency")))
     if not bases:
         state.partial = {"tried": False, "reason": why}
         return

@@ -226,3 +226,20 @@ def copy_hf_files(source: str | os.PathLike[str], folder: Path, model: Path) -> 
             shutil.copy2(model, folder / "onnx" / "model.onnx")
         copied.append("onnx/model.onnx")
     return copied
+
+
+def recipe_candidate(recipe: Recipe, calibration_for: Any) -> Any:
+    """The one candidate a recipe names; ``calibration_for(spec)`` is the calibration file its strategy would get."""
+    from ..registry import get_registry
+    from .candidates import Candidate, candidate_name, exclude_option
+
+    spec = get_registry().get("quantizer", recipe.strategy).spec
+    # The recipe's options already hold the float nodes in the strategy's exclusion option;
+    # excluded_nodes is kept for the record.
+    option = exclude_option(spec) if recipe.excluded_nodes else None
+    name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items() if k != option})
+    if recipe.excluded_nodes:
+        name += f"+float{len(recipe.excluded_nodes)}"
+    if spec.needs_calibration and calibration_for(spec) is None:
+        raise UsageError(f"--recipe: strategy {recipe.strategy!r} needs calibration data (--calibration or --data)")
+    return Candidate(name, recipe.strategy, dict(recipe.options), tuple(recipe.excluded_nodes))

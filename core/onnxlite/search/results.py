@@ -26,6 +26,8 @@ class CandidateRow(Figures):
     quantize_seconds: float = 0.0
     quantize: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
+    #: the candidate this one repeats (same effective options, or a byte-identical model): shown, never run twice
+    same_as: str | None = None
 
     @property
     def p50(self) -> float:

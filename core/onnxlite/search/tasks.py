@@ -2,9 +2,10 @@
 
 A task is described by a JSON file (the float model, the candidate, the
 calibration data file, the judge folder) and writes a JSON result, so it can
-run in a fresh process here or, later, on another machine.  ``lighten`` runs
-each task in its own subprocess: a candidate that crashes, even inside
-onnxruntime, takes only its own process down and is recorded as failed.
+run in a warm worker here (:mod:`onnxlite.executors.pool`), in a fresh process
+(:func:`run_tasks`, the behaviour before the pool) or on another machine: a
+candidate that crashes, even inside onnxruntime, takes only its own process
+down and is recorded as failed.
 
 Run one by hand: ``python -m onnxlite.search.tasks TASK.json RESULT.json``.
 """
@@ -158,8 +159,11 @@ def _on_judge_axes(task: Mapping[str, Any], *paths: Any) -> list[Any]:
     return [loaded.get(os.fspath(p), p) if isinstance(p, (str, os.PathLike)) else p for p in paths]
 
 
-def run_task(task: Mapping[str, Any]) -> TaskResult:
-    """Quantize the float model with the task's candidate, then judge the result."""
+def run_task(task: Mapping[str, Any], load: Callable[[Path, Mapping[str, Any]], Judge] | None = None) -> TaskResult:
+    """Quantize the float model with the task's candidate, then judge the result.
+
+    ``load`` reads the task's judge (default :func:`load_judge`; a warm worker keeps the ones it has read).
+    """
     from ..errors import OnnxliteError
     from ..quantization.run import quantize
 
@@ -182,7 +186,7 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
         if claims:
             # the plugin's word and the written model disagree: its figures cannot be trusted as a recipe
             raise OnnxliteError(f"{claims} (the host counted the nodes in the written model)")
-        verdict = load_judge(Path(task["judge"]), task.get("settings", {})).evaluate(quantized.path, result.name)
+        verdict = (load or load_judge)(Path(task["judge"]), task.get("settings", {})).evaluate(quantized.path, result.name)
         copy_figures(verdict, result)   # the judge's figures, the size of the file it judged among them
         result.passed, result.failures = verdict.passed, verdict.failures
     except OnnxliteError as exc:
@@ -213,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- many tasks, each in its own process -------------------------------------------------------------------------
 
-def _crash_message(returncode: int, stderr: str) -> str:
+def crash_message(returncode: int, stderr: str) -> str:
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
@@ -265,7 +269,7 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
                 else:
                     yield TaskResult(name=candidate["name"], strategy=candidate["strategy"],
                                      options=dict(candidate["options"]), keep_float=list(candidate.get("keep_float", ())),
-                                     status="failed", error=_crash_message(code, output),
+                                     status="failed", error=crash_message(code, output),
                                      seconds=round(time.monotonic() - began, 2))
     finally:
         for proc, *_rest in running.values():

@@ -1,0 +1,300 @@
+"""Trials: candidates and probes run once each, through the cache and the executor, on one clock.
+
+Every stage of the search that quantizes and judges (the candidates, mixed precision's
+sweep, the fallback's probes) goes through :func:`run_trials`, which
+
+1. runs identical candidates once: the same strategy with the same *effective* options
+   (:func:`normalise_options`: defaults dropped, ``op_types`` the model lacks removed) and the
+   same float nodes and judge;
+2. takes what it can from the :class:`~onnxlite.search.cache.ResultCache` (model and judgement;
+   never timing);
+3. hands the rest to the executor, starting nothing once the search's :class:`TimeBudget` is spent;
+4. appends a :class:`Trial` per candidate to the search's :class:`Ledger` (append-only), which says
+   what was cached, what repeated another, and what the time budget left untried;
+5. reports "candidate 7 of 17" with an estimate of the time left as ``candidate_done`` events.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cache import CacheContext, ResultCache
+    from .candidates import Candidate
+    from .tasks import TaskResult
+
+Event = Callable[[str, Mapping[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """The search's one clock: ``seconds`` from ``started`` (None: no limit)."""
+
+    seconds: float | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float:
+        return float("inf") if self.seconds is None else self.seconds - (time.monotonic() - self.started)
+
+    def spent(self) -> bool:
+        return self.left() <= 0
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate or probe as the search met it: how it was settled, and where it stands."""
+
+    name: str
+    stage: str                    # candidates | probes: <what>
+    how: str                      # ran | cached | duplicate | untried
+    status: str = ""              # the result's status (ok | failed), empty when untried
+    same_as: str | None = None    # the trial a duplicate repeats
+    seconds: float = 0.0
+
+
+@dataclass
+class Ledger:
+    """Every trial of one search, in the order they were settled; only ever appended to."""
+
+    trials: list[Trial] = field(default_factory=list)
+
+    def add(self, trial: Trial) -> None:
+        self.trials.append(trial)
+
+    def untried(self) -> list[Trial]:
+        return [t for t in self.trials if t.how == "untried"]
+
+    def count(self, how: str) -> int:
+        return sum(1 for t in self.trials if t.how == how)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ran": self.count("ran"), "cached": self.count("cached"), "duplicates": self.count("duplicate"),
+                "untried": [{"name": t.name, "stage": t.stage} for t in self.untried()],
+                "same_as": {t.name: t.same_as for t in self.trials if t.how == "duplicate"}}
+
+
+def normalise_options(spec: Any, options: Mapping[str, Any], ops: set[str] | None = None) -> dict[str, Any]:
+    """The options that change what ``spec`` writes: defaults dropped, lists as tuples, absent op types removed.
+
+    ``op_types=MatMul,Gather`` on a model without Gather is ``op_types=MatMul``; ``per_channel=false``
+    where false is the default is no option at all.
+    """
+    defaults = {o.name: o.default for o in getattr(spec, "options", ())}
+    found: dict[str, Any] = {}
+    for name, value in options.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        default = defaults.get(name)
+        if isinstance(default, list):
+            default = tuple(default)
+        if name == "op_types" and ops is not None and isinstance(value, tuple):
+            # only the op types the model has change anything, in any order
+            value = tuple(sorted(v for v in value if v in ops))
+            if isinstance(default, tuple):
+                default = tuple(sorted(v for v in default if v in ops))
+        if name in defaults and value == default:
+            continue
+        found[name] = value
+    return dict(sorted(found.items()))
+
+
+def _signature(candidate: Candidate, spec: Any, ops: set[str] | None, judge: str) -> str:
+    return json.dumps([candidate.strategy, normalise_options(spec, candidate.options, ops),
+                       sorted(candidate.keep_float), judge], sort_keys=True, default=str)
+
+
+def _accepts(method: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass
+class TrialContext:
+    """What :func:`run_trials` needs from the search (never the search object itself)."""
+
+    executor: Any
+    emit: Event
+    ledger: Ledger
+    budget: TimeBudget
+    ops: set[str] | None = None
+    cache: ResultCache | None = None
+    cache_context: CacheContext | None = None
+    #: results by signature, across batches: a probe equal to an earlier candidate is that candidate
+    seen: dict[str, TaskResult] = field(default_factory=dict)
+    judge_hashes: dict[str, str] = field(default_factory=dict)
+
+    def judge_hash(self, folder: str) -> str:
+        from .cache import judge_hash
+
+        if folder not in self.judge_hashes:
+            self.judge_hashes[folder] = judge_hash(folder)
+        return self.judge_hashes[folder]
+
+
+def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
+               workers: int | None, folder: Path, stage: str = "candidates",
+               on_result: Callable[[TaskResult, dict[str, Any]], None] | None = None) -> list[TaskResult | None]:
+    """Each candidate's result, in order (None for one the time budget left untried).
+
+    ``on_result`` gets each result as it is settled (cached or run) with the progress (``done``, ``total``,
+    ``eta_seconds``); without it a ``probe_done`` event says the same.
+    """
+    from dataclasses import replace
+
+    from ..registry import get_registry
+    from .cache import candidate_key
+
+    registry = get_registry()
+    results: list[TaskResult | None] = [None] * len(candidates)
+    keys: dict[int, str] = {}
+    todo: list[int] = []
+    first: dict[str, int] = {}       # signature -> the index that runs it, within this batch
+    repeats: dict[int, int | str] = {}
+    for i, (candidate, task) in enumerate(zip(candidates, tasks)):
+        spec = registry.get("quantizer", candidate.strategy).spec
+        signature = _signature(candidate, spec, ctx.ops, str(task.get("judge")))
+        if signature in ctx.seen:
+            repeats[i] = signature
+            continue
+        if signature in first:
+            repeats[i] = first[signature]
+            continue
+        first[signature] = i
+        if ctx.cache is not None and ctx.cache_context is not None:
+            keys[i] = candidate_key(ctx.cache_context, candidate.strategy, normalise_options(spec, candidate.options,
+                                    ctx.ops), candidate.keep_float, ctx.judge_hash(str(task["judge"])),
+                                    task.get("calibration") is not None)
+            hit = ctx.cache.get(keys[i], task["output"])
+            if hit is not None:
+                results[i] = replace(hit, name=candidate.name)
+                ctx.ledger.add(Trial(candidate.name, stage, "cached", hit.status))
+                continue
+        todo.append(i)
+    total, began = len(candidates) - len(repeats), time.monotonic()
+    cached = total - len(todo)
+    ctx.emit("candidates", {"total": total, "workers": workers, "stage": stage, "cached": cached,
+                            "duplicates": len(repeats)})
+    done = 0
+
+    def finished(result: TaskResult, how: str) -> None:
+        nonlocal done
+        done += 1
+        ran = max(0, done - cached)
+        # time left: what the ones run so far took each (several at once), times those still to run
+        eta = (time.monotonic() - began) / ran * (total - done) if ran else None
+        progress = {"done": done, "total": total, "stage": stage, "how": how,
+                    "eta_seconds": None if eta is None else round(eta, 1)}
+        if on_result is not None:
+            on_result(result, progress)
+        else:
+            ctx.emit("probe_done", progress | {"name": result.name, "status": result.status})
+
+    for i in range(len(candidates)):
+        if results[i] is not None:
+            finished(results[i], "cached")  # type: ignore[arg-type]
+
+    started: set[str] = set()
+    by_name = {candidates[i].name: i for i in todo}
+    options: dict[str, Any] = {"on_start": lambda t: (started.add(t["candidate"]["name"]),
+                                                      ctx.emit("candidate_start", {"name": t["candidate"]["name"]}))}
+    if ctx.budget.seconds is not None and _accepts(ctx.executor.run_tasks, "should_start"):
+        options["should_start"] = lambda _t: not ctx.budget.spent()
+    run = [tasks[i] for i in todo]
+    if run and not ctx.budget.spent():
+        for result in ctx.executor.run_tasks(run, folder, workers, **options):
+            i = by_name.get(result.name)
+            if i is None:
+                continue
+            results[i] = result
+            ctx.ledger.add(Trial(result.name, stage, "ran", result.status, seconds=result.seconds))
+            if ctx.cache is not None and i in keys:
+                ctx.cache.put(keys[i], result)
+            finished(result, "ran")
+    for i in todo:
+        if results[i] is None:
+            ctx.ledger.add(Trial(candidates[i].name, stage, "untried"))
+    for i, candidate in enumerate(candidates):
+        spec = registry.get("quantizer", candidate.strategy).spec
+        signature = _signature(candidate, spec, ctx.ops, str(tasks[i].get("judge")))
+        if i in repeats:
+            source = repeats[i]
+            original = ctx.seen.get(source) if isinstance(source, str) else results[source]
+            if original is not None:
+                results[i] = replace(original, name=candidate.name)
+                ctx.ledger.add(Trial(candidate.name, stage, "duplicate", original.status, same_as=original.name))
+            else:
+                ctx.ledger.add(Trial(candidate.name, stage, "untried"))
+        elif results[i] is not None and signature not in ctx.seen:
+            ctx.seen[signature] = results[i]  # type: ignore[assignment]
+    return results
+
+
+def same_model_as(ctx: TrialContext, results: Sequence[TaskResult | None]) -> dict[str, str]:
+    """Results whose written models are byte-identical to an earlier one's: ``{name: the earlier name}``."""
+    from .cache import file_hash
+
+    seen: dict[str, str] = {}
+    same: dict[str, str] = {}
+    repeated = {t.name for t in ctx.ledger.trials if t.how == "duplicate"}
+    for result in results:
+        if result is None or result.status != "ok" or not result.path or result.name in repeated:
+            continue
+        digest = file_hash(result.path)
+        if digest in seen:
+            same[result.name] = seen[digest]
+        else:
+            seen[digest] = result.name
+    return same
+
+
+def untried_result(candidate: Candidate) -> TaskResult:
+    """What a stage sees for a candidate the time budget left untried: a failure that says so."""
+    from .tasks import TaskResult
+
+    return TaskResult(name=candidate.name, strategy=candidate.strategy, options=dict(candidate.options),
+                      keep_float=list(candidate.keep_float), status="failed",
+                      error="not tried: the --time-budget was spent")
+
+
+def parse_duration(value: str | float | int | None) -> float | None:
+    """``5m``, ``90s``, ``1h``, ``1h30m`` or plain seconds, as seconds (None stays None)."""
+    import re
+
+    from ..errors import UsageError
+
+    if value is None or isinstance(value, (int, float)):
+        if value is not None and value <= 0:
+            raise UsageError(f"--time-budget: expected a positive duration, got {value}")
+        return None if value is None else float(value)
+    text = str(value).strip().lower()
+    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", text)
+    if not text or parts is None or not any(parts.groups()):
+        raise UsageError(f"--time-budget: expected a duration such as 5m, 90s or 1h30m, got {value!r}")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise UsageError(f"--time-budget: expected a positive duration, got {value!r}")
+    return total
+
+
+def make_context(executor: Any, emit: Event, model: Path, calibration: Path | None, settings: Mapping[str, Any],
+                 cache_dir: str | Path | None, use_cache: bool, budget: TimeBudget) -> TrialContext:
+    """The trials' context for one search: the float model's op types, and the cache unless ``use_cache`` is off."""
+    import onnx
+
+    from .cache import ResultCache, context, default_cache_dir
+
+    ops = {n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node}
+    cache = cache_ctx = None
+    if use_cache:
+        cache = ResultCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+        cache_ctx = context(model, calibration, settings)
+    return TrialContext(executor, emit, Ledger(), budget, ops, cache, cache_ctx)
