@@ -47,8 +47,7 @@ Event = Callable[[str, Mapping[str, Any]], None]
 DEFAULT_MAX_DROP = "1%"
 #: a candidate must be at most this fraction of the float model's size to count as lighter
 MIN_SHRINK = 0.95
-#: held-out samples generated when the user gives no data
-GENERATED_SAMPLES = 128
+GENERATED_SAMPLES = 128   # held-out samples generated when the user gives no data
 
 
 # -- the search ---------------------------------------------------------------------------------------------
@@ -298,6 +297,7 @@ class _Search:
         offset = len(self.rows)
         tasks = [self._task(c, offset + i) for i, c in enumerate(todo)]
         rows: dict[str, CandidateRow] = {}
+        self.settled = rows   # as they finish: Ctrl-C keeps the best of them too
 
         def on_result(result: Any, progress: dict[str, Any]) -> None:
             row = rows[result.name] = _row(result)

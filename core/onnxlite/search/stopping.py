@@ -45,16 +45,18 @@ def interrupted(state: Any, out: Path) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        best = best_so_far(getattr(state, "rows", []), getattr(state, "quick", None))
+        rows = list(getattr(state, "rows", []))
+        rows += [r for r in getattr(state, "settled", {}).values() if r not in rows]
+        best = best_so_far(rows, getattr(state, "quick", None))
         if best is not None:
             with contextlib.suppress(OSError):
-                kept = keep_best(best, state, interrupted_dir(out))
+                kept = keep_best(best, state, interrupted_dir(out), rows)
                 state.emit("note", {"message": f"interrupted: the best candidate so far, {best.name}, is in {kept} "
                                                f"({out} is untouched)"})
         raise
 
 
-def keep_best(best: Any, state: Any, folder: Path) -> Path:
+def keep_best(best: Any, state: Any, folder: Path, rows: list[Any] | None = None) -> Path:
     """Write ``best``'s model and a note of the search so far into ``folder``, whole or not at all."""
     scratch = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
     scratch.mkdir(parents=True)
@@ -63,7 +65,7 @@ def keep_best(best: Any, state: Any, folder: Path) -> Path:
         ledger = state.trials.ledger.to_dict() if getattr(state, "trials", None) else {}
         note = {"interrupted": True, "best_so_far": best.to_dict(),
                 "note": "judged within budget but not benchmarked: the search was interrupted before its benchmark",
-                "candidates": [r.to_dict() for r in state.rows], "trials": ledger}
+                "candidates": [r.to_dict() for r in (rows if rows is not None else state.rows)], "trials": ledger}
         (scratch / "best-so-far.json").write_text(json.dumps(note, indent=2, default=str))
         os.rename(scratch, folder)
     except BaseException:
