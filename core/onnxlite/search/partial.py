@@ -255,7 +255,7 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     from ..registry import get_registry
     from .candidates import Candidate, exclude_option
     from .evidence import confirm, probed_on, select_judge
-    from .prefix import exclusion_steps, float_prefix, keep_worst
+    from .prefix import exclusion_steps, float_prefix, keep_worst_confirmed
     from .tasks import default_workers
 
     registry = get_registry()
@@ -272,7 +272,8 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
         state.partial = {"tried": False, "reason": why}
         return
     parallel = workers or default_workers(_file_size(state.fp32))
-    clock = _Clock(FALLBACK_SECONDS, parallel)
+    # its time share: FALLBACK_SECONDS, or what is left of the search's --time-budget if that is less
+    clock = _Clock(min(FALLBACK_SECONDS, state.trials.budget.left()), parallel)
     # rank on the select part only: the confirm part judges the repaired model
     select = state.judge.parts.select if state.judge.parts else None
     axes = getattr(state.judge, "batch_axes", None) or None
@@ -314,11 +315,11 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
             state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
             # Keeping every node in float would just be the float model again: stop at half of them; after a
             # prefix that passed, only repairs keeping fewer float bytes than it are worth a probe.
-            found, last = keep_worst(state, base, spec, [r.node for r in ranked],
-                                     max_float_nodes or max(1, len(ranked) // 2), workers, "activations", probe_judge,
-                                     max_bytes=prefix["float_bytes"] if repaired else None)
+            found, last, confirmed = keep_worst_confirmed(
+                state, base, spec, [r.node for r in ranked], max_float_nodes or max(1, len(ranked) // 2), workers,
+                "activations", probe_judge, clock, cost, max_bytes=prefix["float_bytes"] if repaired else None)
             closest = closest or last
-            if found is not None and confirm(state, found, "activations", workers):
+            if confirmed:
                 repaired.append("activations")
         if repaired:
             # the last one is the lightest (the activation ranking only probes lighter repairs than the prefix)
@@ -350,12 +351,11 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     state.partial["sweep"] = swept[:20]
     state.partial["ranked_by"] = f"direct sweep ({rank} on {probed_on(state)})"
     resorted = [e["node"] for e in swept] + [n for n in suspects if n not in measured]
-    found, _ = keep_worst(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2), workers,
-                          "sweep", probe_judge, tried={tuple(sorted(order[:k])) for k in exclusion_steps(
-                              len(order), max_float_nodes or max(1, len(order) // 2))})
-    if found is not None:
-        confirm(state, found, "sweep", workers)
-    elif closest is not None:
+    found, _, _ = keep_worst_confirmed(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2),
+                                       workers, "sweep", probe_judge, clock, cost,
+                                       tried={tuple(sorted(order[:k])) for k in exclusion_steps(
+                                           len(order), max_float_nodes or max(1, len(order) // 2))})
+    if found is None and closest is not None:
         # nothing passed: the activation ranking's heaviest attempt is judged as a row (the table shows how far it got)
         confirm(state, closest, "activations", workers, closest=True)
 

@@ -22,6 +22,9 @@ from typing import Any
 QUICK_RUNS = 3
 #: a base more than this much slower than fp32 in the quick timing is "slower than fp32 here"
 SLOWER_MARGIN = 0.10
+#: below this fp32 time per batch, per-call overhead rather than the format decides the speed: the quick
+#: timing then says nothing about the format, and the bases are chosen by size as before
+MEANINGFUL_MS = 1.0
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def quick_times(state: Any, objective: str) -> None:
 
 def fast_enough(quick: QuickTimes | None, objective: str) -> Any:
     """A predicate on rows: may this one be a repair's base? Under ``objective="size"`` every one may."""
-    if quick is None or objective == "size" or not quick.ratios:
+    if quick is None or objective == "size" or not quick.ratios or (quick.fp32_ms or 0.0) < MEANINGFUL_MS:
         return lambda _row: True
     return lambda row: not quick.slower_than_fp32(row.name)
 

@@ -288,11 +288,10 @@ def parse_duration(value: str | float | int | None) -> float | None:
 def make_context(executor: Any, emit: Event, model: Path, calibration: Path | None, settings: Mapping[str, Any],
                  cache_dir: str | Path | None, use_cache: bool, budget: TimeBudget) -> TrialContext:
     """The trials' context for one search: the float model's op types, and the cache unless ``use_cache`` is off."""
-    import onnx
-
+    from ..modelio import read_header
     from .cache import ResultCache, context, default_cache_dir
 
-    ops = {n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node}
+    ops = {n.op_type for n in read_header(model).graph.node}   # the parse the grid and the benchmark share
     cache = cache_ctx = None
     if use_cache:
         cache = ResultCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
