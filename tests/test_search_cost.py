@@ -245,3 +245,54 @@ def test_options_normalise_to_what_changes_the_model():
     assert normalise_options(spec, {"reduce_range": True}, ops) == {"reduce_range": True}
     default = next(o.default for o in spec.options if o.name == "reduce_range")
     assert normalise_options(spec, {"reduce_range": default}, ops) == plain
+
+
+def _embeddings(seed: int, count: int, noise: float) -> tuple[np.ndarray, np.ndarray]:
+    """Recorded figures: reference embeddings, and a candidate's with per-sample noise of a seeded scale."""
+    rng = np.random.default_rng(seed)
+    reference = rng.standard_normal((count, 16)).astype(np.float32)
+    # a few samples hurt much more than the rest, as outliers in real text do
+    scale = noise * np.where(rng.random(count) < 0.1, 4.0, 1.0)[:, None]
+    return reference, (reference + scale * rng.standard_normal((count, 16))).astype(np.float32)
+
+
+@pytest.mark.unit
+def test_pruning_never_drops_a_candidate_whose_full_data_bound_is_within_budget():
+    """Over 300 seeded candidates around a cosine budget: every one whose one-sided 95% bound on all 160 confirm
+    samples is within budget survives a subset of 32; and the rule is not idle: clearly bad ones are dropped."""
+    from onnxlite.evaluation.intervals import metric_interval
+    from onnxlite.evaluation.metrics import resolve_metrics
+    from onnxlite.protocols import MetricContext
+    from onnxlite.search.pruning import PRUNE_SAMPLES, clearly_over, subset_interval
+
+    budget, count = 0.005, 160
+    within = pruned = 0
+    for seed in range(300):
+        noise = 0.02 + 0.13 * (seed % 30) / 29   # drops from about 0.0002 to 0.01: both sides of the budget
+        reference, candidate = _embeddings(seed, count, noise)
+        metric = resolve_metrics({"emb": reference}, {}, None, ["emb.cosine_mean"])[0]
+        full = metric_interval(metric, reference, candidate, MetricContext("emb", reference_outputs={"emb": reference}),
+                               confidence=0.95)
+        subset = np.random.default_rng(seed).permutation(count)[:PRUNE_SAMPLES]
+        early = subset_interval(metric, reference[subset], candidate[subset],
+                                MetricContext("emb", reference_outputs={"emb": reference[subset]}))
+        if full.within(budget):
+            within += 1
+            assert not clearly_over(early, budget), (seed, full, early)
+        pruned += clearly_over(early, budget)
+    assert within >= 50 and pruned >= 20, (within, pruned)
+
+
+def test_a_clearly_over_budget_candidate_is_pruned_and_a_passing_one_is_judged_in_full(tmp_path):
+    model = make_mlp(tmp_path / "mlp.onnx")
+    data = _data(tmp_path, count=400)   # 40% calibrates; the other 240 judge, half of them confirm
+    result = _lighten(model, tmp_path / "out", data=data, strategies=["dynamic", "fp16"],
+                      max_drop="cosine_mean=0.001%")
+    rows = {c.name: c for c in result.candidates}
+    confirm = result.evidence["parts"]["confirm"]
+    confirm = len(confirm) if isinstance(confirm, list) else confirm
+    assert rows["dynamic"].status == "rejected" and "pruned early" in rows["dynamic"].reason, rows["dynamic"].reason
+    assert rows["dynamic"].quantize.get("pruned_on") == 32
+    fp16 = rows["fp16"]
+    assert "pruned" not in fp16.reason and fp16.quantize.get("pruned_on") is None
+    assert fp16.intervals["y.cosine_mean"]["samples"] == confirm > 64

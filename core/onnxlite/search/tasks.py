@@ -70,7 +70,7 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
     outputs, inputs = list(judge.reference_outputs), list(judge.feeds)
     reference, feeds, labels = judge.reference_outputs, judge.feeds, judge.labels
     if samples is not None:
-        reference, feeds, labels = _only(judge, np.asarray(samples, dtype=np.int64))
+        reference, feeds, labels = judge_subset(judge, np.asarray(samples, dtype=np.int64))
     arrays = {f"ref_{i}": reference[n] for i, n in enumerate(outputs)}
     arrays |= {f"in_{i}": feeds[n] for i, n in enumerate(inputs)}
     if labels is not None:
@@ -89,7 +89,7 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
     return folder
 
 
-def _only(judge: Judge, index: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def judge_subset(judge: Judge, index: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """The judge's reference outputs (batch first), inputs (each on its sample axis) and labels at ``index``."""
     import numpy as np
 
@@ -186,9 +186,21 @@ def run_task(task: Mapping[str, Any], load: Callable[[Path, Mapping[str, Any]], 
         if claims:
             # the plugin's word and the written model disagree: its figures cannot be trusted as a recipe
             raise OnnxliteError(f"{claims} (the host counted the nodes in the written model)")
-        verdict = (load or load_judge)(Path(task["judge"]), task.get("settings", {})).evaluate(quantized.path, result.name)
-        copy_figures(verdict, result)   # the judge's figures, the size of the file it judged among them
-        result.passed, result.failures = verdict.passed, verdict.failures
+        judge = (load or load_judge)(Path(task["judge"]), task.get("settings", {}))
+        pruned = None
+        if task.get("prune"):
+            from .pruning import prune
+
+            # a few confirm samples first: a candidate clearly over budget there is not judged on the rest
+            pruned = prune(judge, quantized.path, int(task["prune"]))
+        if pruned is not None:
+            result.drops, result.intervals = dict(pruned.drops), dict(pruned.intervals)
+            result.passed, result.failures = False, list(pruned.failures)
+            result.quantize["pruned_on"] = pruned.samples
+        else:
+            verdict = judge.evaluate(quantized.path, result.name)
+            copy_figures(verdict, result)   # the judge's figures, the size of the file it judged among them
+            result.passed, result.failures = verdict.passed, verdict.failures
     except OnnxliteError as exc:
         result.status, result.error = "failed", str(exc)
     except Exception as exc:  # a plugin's own bug: recorded, never fatal to the search

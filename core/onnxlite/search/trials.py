@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .pruning import PRUNE_SAMPLES
+
 if TYPE_CHECKING:
     from .cache import CacheContext, ResultCache
     from .candidates import Candidate
@@ -129,6 +131,7 @@ class TrialContext:
     cache_context: CacheContext | None = None
     #: results by signature, across batches: a probe equal to an earlier candidate is that candidate
     seen: dict[str, TaskResult] = field(default_factory=dict)
+    prune: bool = True   # judge candidates on a few confirm samples first (search.pruning)
     judge_hashes: dict[str, str] = field(default_factory=dict)
 
     def judge_hash(self, folder: str) -> str:
@@ -207,7 +210,8 @@ def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequen
                                                       ctx.emit("candidate_start", {"name": t["candidate"]["name"]}))}
     if ctx.budget.seconds is not None and _accepts(ctx.executor.run_tasks, "should_start"):
         options["should_start"] = lambda _t: not ctx.budget.spent()
-    run = [tasks[i] for i in todo]
+    # candidates are judged on a few confirm samples first (search.pruning); probes and repairs in full
+    run = [dict(tasks[i]) | ({"prune": PRUNE_SAMPLES} if stage == "candidates" and ctx.prune else {}) for i in todo]
     if run and not ctx.budget.spent():
         for result in ctx.executor.run_tasks(run, folder, workers, **options):
             i = by_name.get(result.name)
