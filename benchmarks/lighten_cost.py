@@ -147,8 +147,8 @@ def minilm(work: Path, small: bool) -> tuple[str, dict[str, Any]]:
 def table(rows: list[dict[str, Any]], isa: str) -> str:
     import onnxruntime
 
-    lines = [f"ISA {isa}, onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, load "
-             f"{os.getloadavg()[0]:.1f} at the end (figures on a loaded machine are not the targets')",
+    lines = [(f"ISA {isa}, onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, load "
+              f"{os.getloadavg()[0]:.1f} at the end (figures on a loaded machine are not the targets')"),
              f"{'run':44} {'wall s':>7} {'CPU s':>7} {'cand. s':>8} {'n':>3}  winner"]
     for row in rows:
         phase = row.get("candidate_phase_s")

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
-from test_bad_input import make_mlp, tree
-
 import onnxlite
+import pytest
 from conftest import make_plugin_dist
 from onnxlite.executors.local import LocalExecutor
+from test_bad_input import make_mlp, tree
 
 SEGFAULTS = '''
 import ctypes
@@ -296,3 +295,25 @@ def test_a_clearly_over_budget_candidate_is_pruned_and_a_passing_one_is_judged_i
     fp16 = rows["fp16"]
     assert "pruned" not in fp16.reason and fp16.quantize.get("pruned_on") is None
     assert fp16.intervals["y.cosine_mean"]["samples"] == confirm > 64
+
+
+def test_the_cli_reports_n_of_m_as_json_events_and_refuses_a_bad_budget(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    model = make_mlp(tmp_path / "mlp.onnx")
+    bad = run_cli("lighten", str(model), "-o", str(tmp_path / "bad"), "--time-budget", "soon")
+    assert bad.returncode == 2 and "--time-budget" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad").exists()
+    done = run_cli("lighten", str(model), "-o", str(tmp_path / "out"), "--strategies", "dynamic,fp16",
+                   "--max-drop", "5%", "--runs", "2", "--no-partial", "--json", "--time-budget", "10m",
+                   "--cache-dir", str(tmp_path / "cache"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["winner"]                      # stdout: the one result document
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    finished = [e for e in events if e["event"] == "candidate_done"]
+    total = finished[0]["total"]
+    assert [e["done"] for e in finished] == list(range(1, total + 1)) and total == len(finished)
+    assert all("eta_seconds" in e for e in finished) and finished[-1]["eta_seconds"] == 0
+    assert (tmp_path / "cache").is_dir()

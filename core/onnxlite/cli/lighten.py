@@ -277,6 +277,6 @@ def _of(info: dict) -> str:
     text = f"{info.get('done')} of {info.get('total')}"
     eta = info.get("eta_seconds")
     if isinstance(eta, (int, float)):
-        minutes, seconds = divmod(int(round(eta)), 60)
+        minutes, seconds = divmod(round(eta), 60)
         text += f", about {minutes} min {seconds} s left" if minutes else f", about {seconds} s left"
     return text

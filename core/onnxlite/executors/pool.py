@@ -71,7 +71,7 @@ class WorkerPool:
     def _start(self) -> _Worker:
         self.started += 1
         log_path = self.folder / f"worker{self.started}.log"
-        log = open(log_path, "w+")
+        log = open(log_path, "w+")  # noqa: SIM115 - the worker writes it for its whole life; _retire closes it
         proc = subprocess.Popen([sys.executable, "-m", "onnxlite.executors.pool"], stdin=subprocess.PIPE,
                                 stdout=log, stderr=subprocess.STDOUT, env=self.env)
         return _Worker(proc, log, log_path)

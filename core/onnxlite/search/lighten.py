@@ -32,10 +32,10 @@ from ..report.text import size_change, speed_change
 from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
 from .outdir import publish
-from .recipes import record
 from .quick import quick_times
-from .stopping import account, interrupted, later_stages
+from .recipes import record
 from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
+from .stopping import account, interrupted, later_stages
 
 if TYPE_CHECKING:
     from ..runtime import SessionSettings

@@ -13,6 +13,7 @@ reason says on how many samples it was dropped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ class Pruned:
 def clearly_over(interval: Any, budget: float) -> bool:
     """The interval's lower bound is over the budget: more samples could not bring the drop within it."""
     low = getattr(interval, "low", float("nan"))
-    return low == low and low > budget
+    return math.isfinite(low) and low > budget
 
 
 def subset_interval(metric: Any, reference: Any, candidate: Any, context: Any,

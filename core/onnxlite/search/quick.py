@@ -60,9 +60,10 @@ def time_quickly(fp32: str, models: Mapping[str, str], feeds: Mapping[str, Any],
         try:
             session = create_session(path, settings)
             run_session(session, feeds)
-        except Exception:  # noqa: BLE001 - the final benchmark reports a model that cannot run; here it is unknown
+        except Exception:  # noqa: BLE001, S112 - the final benchmark reports a model that cannot run; here it is unknown
             continue
-        mine, theirs = [], []
+        mine: list[float] = []
+        theirs: list[float] = []
         for _ in range(runs):
             for session_, into in ((base, theirs), (session, mine)):
                 began = time.perf_counter()

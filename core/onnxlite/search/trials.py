@@ -204,23 +204,25 @@ def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequen
         if results[i] is not None:
             finished(results[i], "cached")  # type: ignore[arg-type]
 
-    started: set[str] = set()
     by_name = {candidates[i].name: i for i in todo}
-    options: dict[str, Any] = {"on_start": lambda t: (started.add(t["candidate"]["name"]),
-                                                      ctx.emit("candidate_start", {"name": t["candidate"]["name"]}))}
+
+    def on_start(task: Mapping[str, Any]) -> None:
+        ctx.emit("candidate_start", {"name": task["candidate"]["name"]})
+
+    options: dict[str, Any] = {"on_start": on_start}
     if ctx.budget.seconds is not None and _accepts(ctx.executor.run_tasks, "should_start"):
         options["should_start"] = lambda _t: not ctx.budget.spent()
     # candidates are judged on a few confirm samples first (search.pruning); probes and repairs in full
     run = [dict(tasks[i]) | ({"prune": PRUNE_SAMPLES} if stage == "candidates" and ctx.prune else {}) for i in todo]
     if run and not ctx.budget.spent():
         for result in ctx.executor.run_tasks(run, folder, workers, **options):
-            i = by_name.get(result.name)
-            if i is None:
+            at = by_name.get(result.name)
+            if at is None:
                 continue
-            results[i] = result
+            results[at] = result
             ctx.ledger.add(Trial(result.name, stage, "ran", result.status, seconds=result.seconds))
-            if ctx.cache is not None and i in keys:
-                ctx.cache.put(keys[i], result)
+            if ctx.cache is not None and at in keys:
+                ctx.cache.put(keys[at], result)
             finished(result, "ran")
     for i in todo:
         if results[i] is None:
@@ -268,7 +270,7 @@ def untried_result(candidate: Candidate) -> TaskResult:
                       error="not tried: the --time-budget was spent")
 
 
-def parse_duration(value: str | float | int | None) -> float | None:
+def parse_duration(value: str | float | None) -> float | None:
     """``5m``, ``90s``, ``1h``, ``1h30m`` or plain seconds, as seconds (None stays None)."""
     import re
 
