@@ -33,7 +33,7 @@ from .choose import deciding_objective, latency_margin, no_winner_message, pick_
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
 from .outdir import publish
 from .quick import quick_times
-from .recipes import record
+from .recipes import recipe_candidate, record
 from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
 from .stopping import account, interrupted, later_stages
 
@@ -274,8 +274,6 @@ class _Search:
             raise UsageError(f"no strategy applies to this model ({reasons})")
 
     def from_recipe(self, recipe) -> None:
-        from .recipes import recipe_candidate
-
         self.candidates = [recipe_candidate(recipe, self.calibration_for)]
 
     def _task(self, candidate: Candidate, index: int) -> dict[str, Any]:
@@ -308,10 +306,11 @@ class _Search:
             self.emit("candidate_done", progress | {"name": row.name, "status": row.status, "reason": row.reason,
                                                     "metrics": row.metrics, "primary": self.judge.primary})
 
+        settled = len(self.trials.ledger.trials)   # the trials this batch adds: a probe may share a row's name
         results = run_trials(self.trials, todo, tasks, workers, self.work / "tasks", on_result=on_result)
         same = {t.name: (t.same_as, "is the same candidate, once options are normalised, as")
-                for t in self.trials.ledger.trials if t.how == "duplicate"}
-        same |= {k: (v, "writes the same model, byte for byte, as") for k, v in same_model_as(self.trials, results).items()}
+                for t in self.trials.ledger.trials[settled:] if t.how == "duplicate"}
+        same |= {k: (v, "writes the same model, byte for byte, as") for k, v in same_model_as(results, same).items()}
         new = [rows.get(r.name) or _row(r) for r in results if r is not None]
         for row in new:
             if row.name in same:   # figures shown, never benchmarked, repaired or chosen twice

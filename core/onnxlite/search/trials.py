@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -243,13 +243,15 @@ def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequen
     return results
 
 
-def same_model_as(ctx: TrialContext, results: Sequence[TaskResult | None]) -> dict[str, str]:
-    """Results whose written models are byte-identical to an earlier one's: ``{name: the earlier name}``."""
+def same_model_as(results: Sequence[TaskResult | None], repeated: Collection[str] = ()) -> dict[str, str]:
+    """Results whose written models are byte-identical to an earlier one's: ``{name: the earlier name}``.
+
+    ``repeated``: names already known to repeat another (they share its file, and say so already).
+    """
     from .cache import file_hash
 
     seen: dict[str, str] = {}
     same: dict[str, str] = {}
-    repeated = {t.name for t in ctx.ledger.trials if t.how == "duplicate"}
     for result in results:
         if result is None or result.status != "ok" or not result.path or result.name in repeated:
             continue
