@@ -80,16 +80,38 @@ def later_stages(state: Any, workers: int | None, strategies: Any, partial: bool
     budget = state.trials.budget
     skipped = []
     if search:
-        if budget.spent():
-            skipped.append("mixed precision")
-        else:
+        if not budget.spent():
             state.mixed_precision(workers, strategies)
+        elif _mixed_wanted(state, strategies):
+            skipped.append("mixed precision")
     if partial and search:
-        if budget.spent():
-            skipped.append("the partial fallback")
-        else:
+        if not budget.spent():
             state.partial_fallback(max_float_nodes, workers)
+        elif _fallback_wanted(state):
+            skipped.append("the partial fallback")
     state.skipped_stages = skipped
+
+
+def _mixed_wanted(state: Any, strategies: Any) -> bool:
+    from .evidence import mixed_candidates_wanted
+
+    return mixed_candidates_wanted(state, strategies)[0]
+
+
+def _fallback_wanted(state: Any) -> bool:
+    """Whether the fallback would have had a base to repair (a skipped stage is news only then)."""
+    from ..registry import get_registry
+    from .candidates import exclude_option
+    from .partial import fallback_bases
+    from .quick import fast_enough
+
+    registry = get_registry()
+    primary = state.judge.primary
+    bases, _ = fallback_bases(state.rows, primary, state.judge.budgets.get(primary) or 0.0,
+                              lambda strategy: exclude_option(registry.get("quantizer", strategy).spec),
+                              state.evidence["rank_metric"],
+                              fast_enough(getattr(state, "quick", None), getattr(state, "objective", "latency")))
+    return bool(bases)
 
 
 def account(state: Any, result: Any) -> None:
