@@ -130,8 +130,7 @@ def test_near_equal_bases_are_tried_in_turn_while_time_allows(tmp_path, monkeypa
                               max_drop="10%", runs=2, max_float_nodes=1)
     done = result.partial
     assert done["tried"] and len(done["bases"]) == 2, done
-    twin = next(r for r in result.candidates if r.name == "dynamic[op_types=MatMul,Gemm,Gather]")
-    assert twin.same_as == "dynamic" and twin.name not in done["bases"]
+    assert not [r.name for r in result.candidates if r.same_as and r.name in done["bases"]]   # a repeat is no base
     by_activations = {s["name"].split("+float")[0] for s in done["steps"] if s["ranked_by"] == "activations"}
     if seconds:
         assert by_activations == set(done["bases"]) and not done.get("skipped_bases"), done["steps"]

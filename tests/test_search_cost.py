@@ -93,17 +93,37 @@ def test_the_pool_survives_a_segfault_and_a_sigkilled_worker(tmp_path, fresh_plu
 
 
 def test_two_identical_candidates_run_once(tmp_path):
-    """dynamic's grid holds op_types=MatMul,Gemm,Gather: on a model with no Gather it is plain dynamic."""
+    """op_types=MatMul,Gemm,Gather on a model with no Gather (or Gemm) is plain dynamic: one task, two results."""
+    import onnxruntime as ort
+
+    from onnxlite.evaluation.judge import Judge
+    from onnxlite.search.candidates import Candidate
+    from onnxlite.search.tasks import save_judge
+    from onnxlite.search.trials import TimeBudget, make_context, run_trials
+
     model = make_mlp(tmp_path / "mlp.onnx")
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    judge_dir = save_judge(Judge({"y": y}, {"x": x}, None, ["y.cosine_mean"], max_drop="5%"), tmp_path / "judge")
+    plain = Candidate("dynamic", "dynamic", {})
+    twin = Candidate("dynamic[op_types=MatMul,Gemm,Gather]", "dynamic", {"op_types": ("MatMul", "Gemm", "Gather")})
+    other = Candidate("dynamic[reduce_range=true]", "dynamic", {"reduce_range": True})
+    tasks = [{"candidate": c.to_dict(), "model": str(model), "output": str(tmp_path / f"c{i}.onnx"),
+              "calibration": None, "check_data": None, "judge": str(judge_dir), "settings": {}}
+             for i, c in enumerate((plain, twin, other))]
     seen = _Seen()
-    result = _lighten(model, tmp_path / "out", executor=seen)
-    rows = {c.name: c for c in result.candidates}
-    twin = "dynamic[op_types=MatMul,Gemm,Gather]"
-    assert twin in rows and twin not in seen.names and "dynamic" in seen.names, seen.names
-    assert rows[twin].same_as == "dynamic" and rows[twin].status == "rejected", rows[twin]
-    # its figures are the original's, shown, and it is never benchmarked as a second candidate
-    assert rows[twin].drops == rows["dynamic"].drops and rows[twin].latency_ms is None
-    assert result.settings["trials"]["same_as"] == {twin: "dynamic"}
+    try:
+        ctx = make_context(seen, lambda *_: None, model, None, {}, None, False, TimeBudget())
+        results = run_trials(ctx, [plain, twin, other], tasks, 1, tmp_path / "tasks")
+    finally:
+        seen.close()
+    assert sorted(seen.names) == sorted([plain.name, other.name]), seen.names
+    assert [r.name for r in results] == [plain.name, twin.name, other.name]
+    assert results[1].drops == results[0].drops and results[1].status == "ok"
+    assert ctx.ledger.to_dict()["same_as"] == {twin.name: plain.name}
+    # a later batch (the fallback's repairs) repeating one is not run again either
+    again = run_trials(ctx, [Candidate("again", "dynamic", {"reduce_range": True})], tasks[2:], 1, tmp_path / "t2")
+    assert again[0].drops == results[2].drops and sorted(seen.names) == sorted([plain.name, other.name])
 
 
 def test_the_cache_hits_on_a_rerun_and_misses_when_an_input_changes(tmp_path, monkeypatch):
