@@ -67,7 +67,7 @@ def test_a_slower_passing_candidate_never_blocks_the_repair_of_a_much_lighter_fa
     assert FP32_BYTES / base.size_bytes >= 3 and quick.ratios[base.name] < 1
     # with a fast candidate within budget and as light, nothing needs repairing for speed
     light_fast = _row("dynamic[per_channel]", "dynamic", 3.95, 0.004)
-    quick = QuickTimes(dict(quick.ratios) | {"dynamic[per_channel]": 0.75})
+    quick = QuickTimes(dict(quick.ratios) | {"dynamic[per_channel]": 0.75}, fp32_ms=40.0)
     none, why = fallback_base(rows + [light_fast], PRIMARY, BUDGET, _can_exclude, fast_enough(quick, "latency"))
     assert none is None and "clearly lighter" in why
 
@@ -94,3 +94,24 @@ def test_quick_timing_times_each_candidate_against_fp32_in_turns(tmp_path):
                          feeds, SessionSettings(threads=1), runs=3)
     assert set(found.ratios) == {"copy", "int8"}   # a model that cannot run is left out, not fatal
     assert all(r > 0 for r in found.ratios.values()) and found.fp32_ms and found.fp32_ms > 0
+
+
+@pytest.mark.unit
+def test_never_a_slower_larger_winner_while_a_light_fast_one_is_within_budget():
+    """Once the repair exists (within budget, >= 3x smaller, faster than fp32), the slower, larger fp16 cannot win."""
+    from onnxlite.search.choose import pick_winner
+
+    fp32_p50 = 40.0
+    fp16 = _row("fp16", "fp16", 1.98, 0.0, p50=46.0)
+    repaired = _row("smoothquant+float8", "smoothquant", 3.6, 0.0045, p50=31.0)
+    for objective in ("latency", "size"):
+        assert pick_winner([fp16, repaired], objective, fp32_p50, PRIMARY) is repaired
+
+
+@pytest.mark.unit
+def test_below_a_millisecond_the_quick_timing_does_not_choose_bases():
+    """On a model fp32 runs in 0.3 ms a batch, per-call overhead decides the quick figure: bases by size, as before."""
+    rows, quick = _recorded()
+    tiny = QuickTimes(quick.ratios, fp32_ms=0.3)
+    base, _ = fallback_base(rows, PRIMARY, BUDGET, _can_exclude, fast_enough(tiny, "latency"))
+    assert base.name == "weightonly[bits=4]"
