@@ -80,16 +80,43 @@ def later_stages(state: Any, workers: int | None, strategies: Any, partial: bool
     budget = state.trials.budget
     skipped = []
     if search:
-        if not budget.spent():
+        why = None if budget.spent() else _mixed_does_not_fit(state, strategies, workers)
+        if not budget.spent() and why is None:
             state.mixed_precision(workers, strategies)
         elif _mixed_wanted(state, strategies):
             skipped.append("mixed precision")
+            state.evidence["mixed"] = {"tried": False, "reason": why or "the --time-budget was spent"}
     if partial and search:
         if not budget.spent():
             state.partial_fallback(max_float_nodes, workers)
         elif _fallback_wanted(state):
             skipped.append("the partial fallback")
     state.skipped_stages = skipped
+
+
+def _mixed_does_not_fit(state: Any, strategies: Any, workers: int | None) -> str | None:
+    """Under a time budget, why mixed precision's sweep cannot fit in what is left (None: it may run).
+
+    Its probes cost about what a candidate took (the median), as many at once as candidates ran.
+    """
+    import statistics
+
+    budget = state.trials.budget
+    if budget.seconds is None or not _mixed_wanted(state, strategies):
+        return None
+    from .evidence import mixed_nodes, mixed_probes
+    from .tasks import default_workers
+
+    costs = [r.quantize_seconds for r in state.rows if r.quantize_seconds]
+    if not costs:
+        return None
+    probes = len(mixed_probes(state.fp32, mixed_nodes(state.fp32)))
+    parallel = workers or default_workers(0)
+    need = probes * statistics.median(costs) / max(1, parallel)
+    if need <= budget.left():
+        return None
+    return (f"its {probes} probes need about {need:.0f} s ({statistics.median(costs):.1f} s each, {parallel} at once); "
+            f"{max(0.0, budget.left()):.0f} s of the --time-budget are left")
 
 
 def _mixed_wanted(state: Any, strategies: Any) -> bool:
