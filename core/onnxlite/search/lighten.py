@@ -34,7 +34,7 @@ from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, exp
 from .outdir import publish
 from .quick import quick_times
 from .recipes import recipe_candidate, record
-from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
+from .results import CandidateRow, LightenResult, _ratio, _speed, _why_won
 from .stopping import account, interrupted, later_stages
 
 if TYPE_CHECKING:
@@ -45,8 +45,6 @@ Event = Callable[[str, Mapping[str, Any]], None]
 
 #: the accuracy budget when neither the caller nor a recipe gives one
 DEFAULT_MAX_DROP = "1%"
-#: a candidate must be at most this fraction of the float model's size to count as lighter
-MIN_SHRINK = 0.95
 GENERATED_SAMPLES = 128   # held-out samples generated when the user gives no data
 
 
@@ -289,33 +287,13 @@ class _Search:
 
     # 3 + 4. quantize and judge (search.trials: warm workers, the cache, duplicates run once, the time budget)
     def run_candidates(self, workers: int | None, candidates: Sequence[Candidate] | None = None) -> list[CandidateRow]:
-        from .trials import run_trials, same_model_as
+        from .trials import candidate_rows
 
         todo = list(candidates if candidates is not None else self.candidates)
-        offset = len(self.rows)
-        tasks = [self._task(c, offset + i) for i, c in enumerate(todo)]
-        rows: dict[str, CandidateRow] = {}
-        self.settled = rows   # as they finish: Ctrl-C keeps the best of them too
-
-        def on_result(result: Any, progress: dict[str, Any]) -> None:
-            row = rows[result.name] = _row(result)
-            if row.status == "ok" and row.size_bytes and self.baseline.size_bytes and \
-                    row.size_bytes > self.baseline.size_bytes * MIN_SHRINK:
-                row.status = "rejected"
-                row.reason = f"within budget but not lighter: {row.size_bytes / self.baseline.size_bytes:.2f}x the float size"
-            self.emit("candidate_done", progress | {"name": row.name, "status": row.status, "reason": row.reason,
-                                                    "metrics": row.metrics, "primary": self.judge.primary})
-
-        settled = len(self.trials.ledger.trials)   # the trials this batch adds: a probe may share a row's name
-        results = run_trials(self.trials, todo, tasks, workers, self.work / "tasks", on_result=on_result)
-        same = {t.name: (t.same_as, "is the same candidate, once options are normalised, as")
-                for t in self.trials.ledger.trials[settled:] if t.how == "duplicate"}
-        same |= {k: (v, "writes the same model, byte for byte, as") for k, v in same_model_as(results, same).items()}
-        new = [rows.get(r.name) or _row(r) for r in results if r is not None]
-        for row in new:
-            if row.name in same:   # figures shown, never benchmarked, repaired or chosen twice
-                row.same_as, what = same[row.name]
-                row.status, row.reason = "rejected", f"{what} {row.same_as}"
+        tasks = [self._task(c, len(self.rows) + i) for i, c in enumerate(todo)]
+        self.settled: dict[str, CandidateRow] = {}   # as they finish: Ctrl-C keeps the best of them too
+        new = candidate_rows(self.trials, todo, tasks, workers, self.work / "tasks", self.baseline.size_bytes,
+                             self.judge.primary, self.settled)
         self.rows.extend(new)
         return new
 

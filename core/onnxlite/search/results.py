@@ -91,7 +91,8 @@ class LightenResult:
         return _report(self)
 
 
-def _row(result: TaskResult) -> CandidateRow:
+def candidate_row(result: TaskResult) -> CandidateRow:
+    """A task's result as a row of the search: failed, over budget (rejected) or ok."""
     row = CandidateRow(name=result.name, strategy=result.strategy, options=result.options,
                        keep_float=list(result.keep_float), quantize=result.quantize, quantize_seconds=result.seconds,
                        path=result.path, **figures_of(result))

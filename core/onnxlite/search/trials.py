@@ -29,7 +29,11 @@ from .pruning import PRUNE_SAMPLES
 if TYPE_CHECKING:
     from .cache import CacheContext, ResultCache
     from .candidates import Candidate
+    from .results import CandidateRow
     from .tasks import TaskResult
+
+#: a candidate must be at most this fraction of the float model's size to count as lighter
+MIN_SHRINK = 0.95
 
 Event = Callable[[str, Mapping[str, Any]], None]
 
@@ -305,3 +309,37 @@ def make_context(executor: Any, emit: Event, model: Path, calibration: Path | No
         cache = ResultCache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
         cache_ctx = context(model, calibration, settings)
     return TrialContext(executor, emit, Ledger(), budget, ops, cache, cache_ctx)
+
+
+def candidate_rows(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
+                   workers: int | None, folder: Path, baseline_bytes: int | None, primary: str,
+                   settled: dict[str, CandidateRow] | None = None) -> list[CandidateRow]:
+    """The candidates' rows, in order: run through :func:`run_trials`, each row in ``settled`` as it finishes.
+
+    A row within budget but not lighter than :data:`MIN_SHRINK` of fp32 is rejected; one repeating another
+    (same effective options, or a byte-identical model) is shown, ``same_as`` naming the other, and never
+    benchmarked, repaired or chosen.
+    """
+    from .results import candidate_row
+
+    rows: dict[str, CandidateRow] = settled if settled is not None else {}
+
+    def on_result(result: TaskResult, progress: dict[str, Any]) -> None:
+        row = rows[result.name] = candidate_row(result)
+        if row.status == "ok" and row.size_bytes and baseline_bytes and row.size_bytes > baseline_bytes * MIN_SHRINK:
+            row.status = "rejected"
+            row.reason = f"within budget but not lighter: {row.size_bytes / baseline_bytes:.2f}x the float size"
+        ctx.emit("candidate_done", progress | {"name": row.name, "status": row.status, "reason": row.reason,
+                                               "metrics": row.metrics, "primary": primary})
+
+    before = len(ctx.ledger.trials)   # the trials this batch adds: a probe may share a row's name
+    results = run_trials(ctx, candidates, tasks, workers, folder, on_result=on_result)
+    same = {t.name: (t.same_as, "is the same candidate, once options are normalised, as")
+            for t in ctx.ledger.trials[before:] if t.how == "duplicate"}
+    same |= {k: (v, "writes the same model, byte for byte, as") for k, v in same_model_as(results, same).items()}
+    new = [rows.get(r.name) or candidate_row(r) for r in results if r is not None]
+    for row in new:
+        if row.name in same:
+            row.same_as, what = same[row.name]
+            row.status, row.reason = "rejected", f"{what} {row.same_as}"
+    return new
