@@ -56,7 +56,6 @@ def prune(judge: Any, model: str | Path, samples: int = PRUNE_SAMPLES,
     import numpy as np
 
     from ..evaluation.judge import Judge
-    from .tasks import judge_subset
 
     parts = getattr(judge, "parts", None)
     if judge.confidence is None or parts is None or len(parts.confirm) < 2 * samples:
@@ -87,3 +86,21 @@ def prune(judge: Any, model: str | Path, samples: int = PRUNE_SAMPLES,
     if not failures:
         return None
     return Pruned(samples, len(parts.confirm), drops, intervals, tuple(failures))
+
+
+def judge_subset(judge: Any, index: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """The judge's reference outputs (batch first), inputs (each on its sample axis) and labels at ``index``."""
+    import numpy as np
+
+    from ..data.dataset import pick_rows
+
+    count = judge.samples
+
+    def rows(value: Any) -> Any:
+        shape = getattr(value, "shape", ())
+        return np.take(value, index, axis=0) if shape and shape[0] == count else value
+
+    reference = {n: rows(v) for n, v in judge.reference_outputs.items()}
+    feeds = pick_rows(judge.feeds, index, judge.batch_axes)
+    labels = None if judge.labels is None else rows(np.asarray(judge.labels))
+    return reference, feeds, labels

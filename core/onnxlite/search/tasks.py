@@ -70,6 +70,8 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
     outputs, inputs = list(judge.reference_outputs), list(judge.feeds)
     reference, feeds, labels = judge.reference_outputs, judge.feeds, judge.labels
     if samples is not None:
+        from .pruning import judge_subset
+
         reference, feeds, labels = judge_subset(judge, np.asarray(samples, dtype=np.int64))
     arrays = {f"ref_{i}": reference[n] for i, n in enumerate(outputs)}
     arrays |= {f"in_{i}": feeds[n] for i, n in enumerate(inputs)}
@@ -87,24 +89,6 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
               if judge.parts and whole else None}
     (folder / "judge.json").write_text(json.dumps(config, indent=2))
     return folder
-
-
-def judge_subset(judge: Judge, index: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
-    """The judge's reference outputs (batch first), inputs (each on its sample axis) and labels at ``index``."""
-    import numpy as np
-
-    from ..data.dataset import pick_rows
-
-    count = judge.samples
-
-    def rows(value: Any) -> Any:
-        shape = getattr(value, "shape", ())
-        return np.take(value, index, axis=0) if shape and shape[0] == count else value
-
-    reference = {n: rows(v) for n, v in judge.reference_outputs.items()}
-    feeds = pick_rows(judge.feeds, index, judge.batch_axes)
-    labels = None if judge.labels is None else rows(np.asarray(judge.labels))
-    return reference, feeds, labels
 
 
 def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
