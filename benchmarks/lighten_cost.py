@@ -122,7 +122,8 @@ def digits_mlp(work: Path) -> tuple[str, str]:
         if out != "logits":
             nodes.append(helper.make_node("Relu", [out], [f"r{i}"], name=f"relu{i}"))
             prev = f"r{i}"
-    graph = helper.make_graph(nodes, "digits_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+    graph = helper.make_graph(nodes, "digits_mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
     path = work / "digits_mlp.onnx"
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))

@@ -12,11 +12,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxlite
 import pytest
-from conftest import make_plugin_dist
-from onnxlite.executors.local import LocalExecutor
 from test_bad_input import make_mlp, tree
+
+import onnxlite
+from onnxlite.executors.local import LocalExecutor
+
+from conftest import make_plugin_dist
 
 SEGFAULTS = '''
 import ctypes
@@ -165,7 +167,8 @@ def test_the_cache_key_follows_options_calibration_and_the_isa(tmp_path):
     assert key == candidate_key(context(model, calibration, {"threads": 1}), "dynamic", {}, (), "judge", True)
     assert key != candidate_key(ctx, "dynamic", {"reduce_range": True}, (), "judge", True)
     assert key != candidate_key(ctx, "dynamic", {}, ("fc1",), "judge", True)
-    assert key != candidate_key(context(model, _data(tmp_path, seed=4), {"threads": 1}), "dynamic", {}, (), "judge", True)
+    other_data = context(model, _data(tmp_path, seed=4), {"threads": 1})
+    assert key != candidate_key(other_data, "dynamic", {}, (), "judge", True)
     other_isa = "x86_64-avx2" if ctx.isa != "x86_64-avx2" else "x86_64-avx512vnni"
     assert key != candidate_key(context(model, calibration, {"threads": 1}, isa=other_isa), "dynamic", {}, (),
                                 "judge", True)

@@ -8,11 +8,12 @@ so it holds whatever CPU runs the test; the quick timing itself is tested on a r
 from __future__ import annotations
 
 import pytest
+from test_bad_input import make_mlp
+
 from onnxlite.search.evidence import fallback_base
 from onnxlite.search.partial import fallback_bases
 from onnxlite.search.quick import QuickTimes, fast_enough, time_quickly
 from onnxlite.search.results import CandidateRow
-from test_bad_input import make_mlp
 
 PRIMARY, BUDGET = "pooled.cosine_mean", 0.005
 FP32_BYTES = 90_000_000
@@ -82,6 +83,7 @@ def test_every_base_slower_than_fp32_is_not_repaired_for_latency():
 
 def test_quick_timing_times_each_candidate_against_fp32_in_turns(tmp_path):
     import numpy as np
+
     import onnxlite
     from onnxlite.runtime import SessionSettings
 

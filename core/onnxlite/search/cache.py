@@ -98,7 +98,8 @@ def context(model: str | os.PathLike[str], calibration: str | os.PathLike[str] |
             settings: Mapping[str, Any], runtime: str | None = None, isa: str | None = None) -> CacheContext:
     import onnxruntime
 
-    return CacheContext(file_hash(model), file_hash(calibration), json.dumps(dict(settings), sort_keys=True, default=str),
+    return CacheContext(file_hash(model), file_hash(calibration),
+                        json.dumps(dict(settings), sort_keys=True, default=str),
                         runtime or onnxruntime.__version__, isa or isa_name())
 
 

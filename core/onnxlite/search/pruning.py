@@ -52,7 +52,7 @@ def subset_interval(metric: Any, reference: Any, candidate: Any, context: Any,
 
 def prune(judge: Any, model: str | Path, samples: int = PRUNE_SAMPLES,
           confidence: float = PRUNE_CONFIDENCE) -> Pruned | None:
-    """Judge ``model`` on the first ``samples`` confirm samples; the figures when it is clearly over budget, else None."""
+    """Judge ``model`` on ``samples`` confirm samples; the figures when it is clearly over budget, else None."""
     import numpy as np
 
     from ..evaluation.judge import Judge

@@ -48,7 +48,7 @@ class QuickTimes:
 
 def time_quickly(fp32: str, models: Mapping[str, str], feeds: Mapping[str, Any], settings: Any,
                  runs: int = QUICK_RUNS) -> QuickTimes:
-    """Time each of ``models`` (name -> path) in turns with ``fp32`` on ``feeds``; a model that will not run is left out."""
+    """Time each of ``models`` (name -> path) in turns with ``fp32`` on ``feeds``; one that will not run is left out."""
     from ..runtime import create_session, run_session
 
     started = time.perf_counter()
@@ -60,7 +60,7 @@ def time_quickly(fp32: str, models: Mapping[str, str], feeds: Mapping[str, Any],
         try:
             session = create_session(path, settings)
             run_session(session, feeds)
-        except Exception:  # noqa: BLE001, S112 - the final benchmark reports a model that cannot run; here it is unknown
+        except Exception:  # noqa: BLE001, S112 - the final benchmark reports a model that cannot run
             continue
         mine: list[float] = []
         theirs: list[float] = []

@@ -21,7 +21,7 @@ from typing import Any
 
 
 def best_so_far(rows: list[Any], quick: Any = None) -> Any:
-    """The candidate to keep when the search stops: within budget, the fastest in the quick timing, else the smallest."""
+    """The candidate to keep when the search stops: within budget, fastest in the quick timing, else smallest."""
     passing = [r for r in rows if r.status in {"ok", "winner"} and r.path and os.path.exists(r.path)]
     if not passing:
         return None

@@ -146,50 +146,53 @@ class TrialContext:
         return self.judge_hashes[folder]
 
 
-def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
-               workers: int | None, folder: Path, stage: str = "candidates",
-               on_result: Callable[[TaskResult, dict[str, Any]], None] | None = None) -> list[TaskResult | None]:
-    """Each candidate's result, in order (None for one the time budget left untried).
+@dataclass
+class _Batch:
+    """One call's bookkeeping: results by index, cache keys, what is left to run, and what repeats what."""
 
-    ``on_result`` gets each result as it is settled (cached or run) with the progress (``done``, ``total``,
-    ``eta_seconds``); without it a ``probe_done`` event says the same.
-    """
+    results: list[TaskResult | None]
+    signatures: list[str]
+    keys: dict[int, str] = field(default_factory=dict)
+    todo: list[int] = field(default_factory=list)
+    repeats: dict[int, int | str] = field(default_factory=dict)   # index -> the index or earlier signature
+
+
+def _sort_out(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
+              stage: str) -> _Batch:
+    """Repeats (of this batch or an earlier one) set aside, cache hits settled, the rest left to run."""
     from dataclasses import replace
 
     from ..registry import get_registry
     from .cache import candidate_key
 
     registry = get_registry()
-    results: list[TaskResult | None] = [None] * len(candidates)
-    keys: dict[int, str] = {}
-    todo: list[int] = []
+    batch = _Batch([None] * len(candidates), [])
     first: dict[str, int] = {}       # signature -> the index that runs it, within this batch
-    repeats: dict[int, int | str] = {}
     for i, (candidate, task) in enumerate(zip(candidates, tasks)):
         spec = registry.get("quantizer", candidate.strategy).spec
         signature = _signature(candidate, spec, ctx.ops, str(task.get("judge")))
-        if signature in ctx.seen:
-            repeats[i] = signature
-            continue
-        if signature in first:
-            repeats[i] = first[signature]
+        batch.signatures.append(signature)
+        if signature in ctx.seen or signature in first:
+            batch.repeats[i] = signature if signature in ctx.seen else first[signature]
             continue
         first[signature] = i
         if ctx.cache is not None and ctx.cache_context is not None:
-            keys[i] = candidate_key(ctx.cache_context, candidate.strategy, normalise_options(spec, candidate.options,
-                                    ctx.ops), candidate.keep_float, ctx.judge_hash(str(task["judge"])),
-                                    task.get("calibration") is not None)
-            hit = ctx.cache.get(keys[i], task["output"])
+            batch.keys[i] = candidate_key(ctx.cache_context, candidate.strategy,
+                                          normalise_options(spec, candidate.options, ctx.ops), candidate.keep_float,
+                                          ctx.judge_hash(str(task["judge"])), task.get("calibration") is not None)
+            hit = ctx.cache.get(batch.keys[i], task["output"])
             if hit is not None:
-                results[i] = replace(hit, name=candidate.name)
+                batch.results[i] = replace(hit, name=candidate.name)
                 ctx.ledger.add(Trial(candidate.name, stage, "cached", hit.status))
                 continue
-        todo.append(i)
-    total, began = len(candidates) - len(repeats), time.monotonic()
-    cached = total - len(todo)
-    ctx.emit("candidates", {"total": total, "workers": workers, "stage": stage, "cached": cached,
-                            "duplicates": len(repeats)})
-    done = 0
+        batch.todo.append(i)
+    return batch
+
+
+def _progress(ctx: TrialContext, stage: str, total: int, cached: int,
+              on_result: Callable[[TaskResult, dict[str, Any]], None] | None) -> Callable[[TaskResult, str], None]:
+    """What to call as each result is settled: "n of m" with an estimate of the time left."""
+    began, done = time.monotonic(), 0
 
     def finished(result: TaskResult, how: str) -> None:
         nonlocal done
@@ -204,11 +207,13 @@ def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequen
         else:
             ctx.emit("probe_done", progress | {"name": result.name, "status": result.status})
 
-    for i in range(len(candidates)):
-        if results[i] is not None:
-            finished(results[i], "cached")  # type: ignore[arg-type]
+    return finished
 
-    by_name = {candidates[i].name: i for i in todo}
+
+def _run_rest(ctx: TrialContext, batch: _Batch, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
+              workers: int | None, folder: Path, stage: str, finished: Callable[[TaskResult, str], None]) -> None:
+    """The executor runs what is left, starting nothing once the time budget is spent; new results are cached."""
+    by_name = {candidates[i].name: i for i in batch.todo}
 
     def on_start(task: Mapping[str, Any]) -> None:
         ctx.emit("candidate_start", {"name": task["candidate"]["name"]})
@@ -217,34 +222,60 @@ def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequen
     if ctx.budget.seconds is not None and _accepts(ctx.executor.run_tasks, "should_start"):
         options["should_start"] = lambda _t: not ctx.budget.spent()
     # candidates are judged on a few confirm samples first (search.pruning); probes and repairs in full
-    run = [dict(tasks[i]) | ({"prune": PRUNE_SAMPLES} if stage == "candidates" and ctx.prune else {}) for i in todo]
+    prune = {"prune": PRUNE_SAMPLES} if stage == "candidates" and ctx.prune else {}
+    run = [dict(tasks[i]) | prune for i in batch.todo]
     if run and not ctx.budget.spent():
         for result in ctx.executor.run_tasks(run, folder, workers, **options):
             at = by_name.get(result.name)
             if at is None:
                 continue
-            results[at] = result
+            batch.results[at] = result
             ctx.ledger.add(Trial(result.name, stage, "ran", result.status, seconds=result.seconds))
-            if ctx.cache is not None and at in keys:
-                ctx.cache.put(keys[at], result)
+            if ctx.cache is not None and at in batch.keys:
+                ctx.cache.put(batch.keys[at], result)
             finished(result, "ran")
-    for i in todo:
-        if results[i] is None:
+    for i in batch.todo:
+        if batch.results[i] is None:
             ctx.ledger.add(Trial(candidates[i].name, stage, "untried"))
+
+
+def _fill_repeats(ctx: TrialContext, batch: _Batch, candidates: Sequence[Candidate], stage: str) -> None:
+    """Each repeat gets its original's result under its own name; each new result is remembered for later batches."""
+    from dataclasses import replace
+
     for i, candidate in enumerate(candidates):
-        spec = registry.get("quantizer", candidate.strategy).spec
-        signature = _signature(candidate, spec, ctx.ops, str(tasks[i].get("judge")))
-        if i in repeats:
-            source = repeats[i]
-            original = ctx.seen.get(source) if isinstance(source, str) else results[source]
+        if i in batch.repeats:
+            source = batch.repeats[i]
+            original = ctx.seen.get(source) if isinstance(source, str) else batch.results[source]
             if original is not None:
-                results[i] = replace(original, name=candidate.name)
+                batch.results[i] = replace(original, name=candidate.name)
                 ctx.ledger.add(Trial(candidate.name, stage, "duplicate", original.status, same_as=original.name))
             else:
                 ctx.ledger.add(Trial(candidate.name, stage, "untried"))
-        elif results[i] is not None and signature not in ctx.seen:
-            ctx.seen[signature] = results[i]  # type: ignore[assignment]
-    return results
+        elif (found := batch.results[i]) is not None and batch.signatures[i] not in ctx.seen:
+            ctx.seen[batch.signatures[i]] = found
+
+
+def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
+               workers: int | None, folder: Path, stage: str = "candidates",
+               on_result: Callable[[TaskResult, dict[str, Any]], None] | None = None) -> list[TaskResult | None]:
+    """Each candidate's result, in order (None for one the time budget left untried).
+
+    ``on_result`` gets each result as it is settled (cached or run) with the progress (``done``, ``total``,
+    ``eta_seconds``); without it a ``probe_done`` event says the same.
+    """
+    batch = _sort_out(ctx, candidates, tasks, stage)
+    total = len(candidates) - len(batch.repeats)
+    cached = total - len(batch.todo)
+    ctx.emit("candidates", {"total": total, "workers": workers, "stage": stage, "cached": cached,
+                            "duplicates": len(batch.repeats)})
+    finished = _progress(ctx, stage, total, cached, on_result)
+    for result in batch.results:
+        if result is not None:
+            finished(result, "cached")
+    _run_rest(ctx, batch, candidates, tasks, workers, folder, stage, finished)
+    _fill_repeats(ctx, batch, candidates, stage)
+    return batch.results
 
 
 def same_model_as(results: Sequence[TaskResult | None], repeated: Collection[str] = ()) -> dict[str, str]:
