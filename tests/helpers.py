@@ -237,3 +237,25 @@ def load_script(relative: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def two_layer_mlp(path: Path, op: str = "MatMul") -> Path:
+    """x:float32[batch,32] -> ``op`` -> Relu -> MatMul -> y:float32[batch,8], seeded weights (the search-cost tests)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 32)) * 0.2).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((32, 8)) * 0.2).astype(np.float32), "w2")]
+    nodes = [helper.make_node(op, ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], inits)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_graph(graph, path)
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (hidden ones too) with a digest of its bytes: "untouched" means equal."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}

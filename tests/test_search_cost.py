@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_bad_input import make_mlp, tree
 
 import onnxlite
 from onnxlite.executors.local import LocalExecutor
 
 from conftest import make_plugin_dist
+from helpers import file_digests as tree
+from helpers import two_layer_mlp as make_mlp
 
 SEGFAULTS = '''
 import ctypes

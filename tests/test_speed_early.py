@@ -8,12 +8,13 @@ so it holds whatever CPU runs the test; the quick timing itself is tested on a r
 from __future__ import annotations
 
 import pytest
-from test_bad_input import make_mlp
 
 from onnxlite.search.evidence import fallback_base
 from onnxlite.search.partial import fallback_bases
 from onnxlite.search.quick import QuickTimes, fast_enough, time_quickly
 from onnxlite.search.results import CandidateRow
+
+from helpers import two_layer_mlp as make_mlp
 
 PRIMARY, BUDGET = "pooled.cosine_mean", 0.005
 FP32_BYTES = 90_000_000

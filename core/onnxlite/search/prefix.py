@@ -171,13 +171,12 @@ def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limi
 
 
 def keep_worst(state: Any, base: Any, spec: Any, order: Sequence[str], limit: int, workers: int | None,
-               ranking: str, judge: Any, tried: Any = frozenset(), max_bytes: int | None = None,
-               after: int = 0) -> tuple[Any, Any]:
+               ranking: str, judge: Any, tried: Any = frozenset(), max_bytes: int | None = None) -> tuple[Any, Any]:
     """The first 1, 2, 4... nodes of ``order`` kept in float, probed on ``judge`` until one passes.
 
     Returns (the candidate that passed or None, the last one probed).  Sets already ``tried`` are
-    skipped, and counts up to ``after``; with ``max_bytes``, the steps stop at the first set keeping that
-    many float bytes or more (a repair no lighter than one already found).
+    skipped; with ``max_bytes``, the steps stop at the first set keeping that many float bytes or
+    more (a repair no lighter than one already found).
     """
     import onnx
 
@@ -189,7 +188,7 @@ def keep_worst(state: Any, base: Any, spec: Any, order: Sequence[str], limit: in
     sizes = float_sizes(model) if model is not None else None
     last = None
     for k in exclusion_steps(len(order), limit):
-        if k <= after or tuple(sorted(order[:k])) in tried:
+        if tuple(sorted(order[:k])) in tried:
             continue
         candidate = with_keep_float(base, spec, order[:k])
         if model is not None and float_bytes(model, order[:k], sizes) >= max_bytes:
@@ -221,8 +220,11 @@ def keep_worst_confirmed(state: Any, base: Any, spec: Any, order: Sequence[str],
     from .evidence import confirm
 
     after, last = 0, None
+    tried = set(options.pop("tried", ()))
     while True:
-        found, probed = keep_worst(state, base, spec, order, limit, workers, ranking, judge, after=after, **options)
+        # counts up to the one the confirm part refused count as tried: the next probe keeps more in float
+        tried |= {tuple(sorted(order[:k])) for k in range(1, after + 1)}
+        found, probed = keep_worst(state, base, spec, order, limit, workers, ranking, judge, tried=tried, **options)
         last = probed or last
         if found is None:
             return None, last, False
