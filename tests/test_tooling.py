@@ -88,6 +88,20 @@ def test_no_function_takes_more_than_ten_parameters():
     assert TOO_MANY_PARAMETERS_FOR_NOW - set(over) == set(), "remove these from TOO_MANY_PARAMETERS_FOR_NOW"
 
 
+def test_no_test_module_imports_another():
+    # shared builders live in tests/helpers.py (or conftest.py); a test module is only ever run, never imported
+    modules = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
+    found = {}
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            hits = [n for n in names if n.split(".")[0] in modules]
+            if hits:
+                found.setdefault(path.name, []).extend(hits)
+    assert found == {}, "move what they import to tests/helpers.py"
+
+
 def test_the_parameter_count_sees_keyword_only_and_skips_self():
     tree = ast.parse("class A:\n    def f(self, a, /, b, *, c):\n        pass\n")
     method = tree.body[0].body[0]
