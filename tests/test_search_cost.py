@@ -18,8 +18,7 @@ import onnxlite
 from onnxlite.executors.local import LocalExecutor
 
 from conftest import make_plugin_dist
-from helpers import file_digests as tree
-from helpers import two_layer_mlp as make_mlp
+from helpers import make_mlp, tree
 
 SEGFAULTS = '''
 import ctypes

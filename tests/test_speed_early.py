@@ -14,7 +14,7 @@ from onnxlite.search.partial import fallback_bases
 from onnxlite.search.quick import QuickTimes, fast_enough, time_quickly
 from onnxlite.search.results import CandidateRow
 
-from helpers import two_layer_mlp as make_mlp
+from helpers import make_mlp
 
 PRIMARY, BUDGET = "pooled.cosine_mean", 0.005
 FP32_BYTES = 90_000_000
