@@ -353,7 +353,8 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
         if all(s == "float" for s in chosen.values()):
             break
         options = mixed_plan.assignment_options(chosen)
-        name = candidate_name("mixed", {"default": options["default"]}) + f"+{len(options['assign'])}"
+        # named by what it keeps apart from its default (``+float1``), not by a bare count (``+1``)
+        name = candidate_name("mixed", {"default": options["default"]}) + mixed_plan.plan_suffix(options["assign"])
         row = state.run_candidates(workers, [Candidate(name, "mixed", options)])[0]
         rows.append(row)
         record["rounds"].append({"name": row.name, "status": row.status, "plan": dict(chosen),
