@@ -73,8 +73,8 @@ def render_html(report: Report) -> str:
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     parts = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<html lang="en"><head><meta charset="utf-8"/>',
+        '<meta name="viewport" content="width=device-width, initial-scale=1"/>',
         f"<title>{escape(report.title)}</title>",
         f"<style>{CSS}</style></head><body><main>",
         f'<header><h1>{escape(report.title)}</h1><div class="sub">onnxlite {escape(report.kind)} report · '
@@ -89,7 +89,7 @@ def render_html(report: Report) -> str:
         parts[4] = f"<style>{CSS}{LIGHTEN_CSS}</style></head><body><main>"
         parts += render_lighten(report, PALETTE)
     if report.settings:
-        items = "".join(f"<dt>{escape(str(k).replace("_", " "))}</dt><dd>{escape(setting_text(v, str(k)))}</dd>"
+        items = "".join(f"<dt>{escape(str(k).replace('_', ' '))}</dt><dd>{escape(setting_text(v, str(k)))}</dd>"
                         for k, v in report.settings.items())
         parts.append(f'<section class="card settings"><h2>Settings</h2><dl class="settings">{items}</dl></section>')
     if not lighten:
@@ -134,7 +134,7 @@ def _table_html(report: Report) -> str:
 
 def _breakable(header: str) -> str:
     """Metric names such as ``last_hidden_state.cosine_mean`` may wrap after a dot or underscore."""
-    return re.sub(r"([._])", r"\1<wbr>", escape(header))
+    return re.sub(r"([._])", r"\1<wbr/>", escape(header))
 
 
 # -- chart ----------------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def _p50(row: ModelRow) -> float | None:
 
 def _breakable(name: str) -> str:
     """A candidate name may wrap after ``[`` ``,`` ``+`` ``=`` (never inside an option)."""
-    return re.sub(r"([\[,+=])", r"\1<wbr>", escape(name))
+    return re.sub(r"([\[,+=])", r"\1<wbr/>", escape(name))
 
 
 # -- trade-off charts -------------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ def _table(report: Report, palette: dict[str, str]) -> str:
     head = ['<th style="width:3%">#</th>', '<th style="width:22%">candidate</th>', '<th style="width:8%">status</th>',
             '<th style="width:8%">size</th>', '<th style="width:8%">p50 ms</th>']
     share = max(8, 24 // max(1, len(keys)))
-    head += [f'<th style="width:{share}%">{_breakable_key(k)} drop<br><small>[interval] ≤ bound / '
+    head += [f'<th style="width:{share}%">{_breakable_key(k)} drop<br/><small>[interval] ≤ bound / '
              + (f"budget {report.budgets[k]:.3g}" if k in report.budgets else "no budget") + "</small></th>"
              for k in keys]
     head.append("<th>why</th>")
@@ -322,7 +322,7 @@ def _table(report: Report, palette: dict[str, str]) -> str:
 
 
 def _breakable_key(key: str) -> str:
-    return re.sub(r"([._])", r"\1<wbr>", escape(key))
+    return re.sub(r"([._])", r"\1<wbr/>", escape(key))
 
 
 def _times(before: float, after: float, better: str, worse: str) -> str:
