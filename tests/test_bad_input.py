@@ -528,3 +528,18 @@ def test_quantizer_install_hints_name_the_projects_extra(monkeypatch):
     assert len(entries) >= 7
     for entry in entries:
         assert entry.unavailable_reason() == "onnxruntime is not installed: pip install 'onnxlite[cpu]'", entry.name
+
+
+# ---------------------------------------------------------------- issue 25 §4: late failures
+
+
+def test_unknown_strategy_fails_before_any_work(cli, mlp, tmp_path):
+    """``lighten --strategies nosuch`` fails in one line before the export (no progress, no budget warning)."""
+    before = tree(mlp.parent)
+    out = tmp_path / "out"
+    code, stdout, err = cli("lighten", mlp, "-o", out, "--strategies", "dynamic,nosuch")
+    assert code == 2
+    line = one_error_line(err, "--strategies: unknown quantizer 'nosuch'")
+    assert "dynamic" in line                                 # the known names are listed
+    assert [ln for ln in err.strip().splitlines() if ln.strip()] == [line]    # nothing ran before it
+    assert not out.exists() and tree(mlp.parent) == before

@@ -103,6 +103,20 @@ def _fast_formats(provider: str) -> tuple[str, ...]:
         return ()
 
 
+def check_strategy_names(strategies: Sequence[str] | None) -> None:
+    """``--strategies`` names every strategy it lists, checked before any export or data work: an unknown one
+    fails in one line, ``--strategies: unknown quantizer 'nosuch'; did you mean ...`` (known names listed)."""
+    from ..errors import UsageError
+    from ..registry import get_registry
+
+    registry = get_registry()
+    for name in strategies or ():
+        try:
+            registry.get("quantizer", name)
+        except UsageError as error:
+            raise UsageError(f"--strategies: {error}") from None
+
+
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
                      provider: str = "cpu", generated_calibration: bool = False) -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
