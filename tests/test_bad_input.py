@@ -543,3 +543,26 @@ def test_unknown_strategy_fails_before_any_work(cli, mlp, tmp_path):
     assert "dynamic" in line                                 # the known names are listed
     assert [ln for ln in err.strip().splitlines() if ln.strip()] == [line]    # nothing ran before it
     assert not out.exists() and tree(mlp.parent) == before
+
+
+TEXT_WRITER = '''
+from onnxlite import hookimpl, QuantizerSpec
+
+class WritesText:
+    def quantize(self, model, output, options, context):
+        output.write_text("this is not a model")
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="textwriter", description="writes text", factory=WritesText)]
+'''
+
+
+def test_a_strategy_writing_a_non_onnx_file_is_named_with_its_distribution(cli, mlp, tmp_path, fresh_plugins):
+    site = make_plugin_dist(tmp_path / "site", "acme-text", "0.2", "acme_text", TEXT_WRITER)
+    fresh_plugins.syspath_prepend(str(site))
+    code, _out, err = cli("quantize", mlp, "-s", "textwriter", "-o", tmp_path / "q.onnx")
+    assert code == 1, err
+    line = one_error_line(err, "strategy 'textwriter' (from the acme-text 0.2 distribution) wrote a file that is "
+                               "not an ONNX model")
+    assert ".work" not in line and "out.onnx" not in line and not (tmp_path / "q.onnx").exists()

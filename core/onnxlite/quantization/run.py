@@ -259,6 +259,21 @@ def _check_samples(feeds: Any, proto: onnx.ModelProto) -> dict[str, np.ndarray] 
         return None
 
 
+def _check_produced(produced: Path, strategy: str, entry: Any) -> None:
+    """What a strategy wrote is an ONNX model; if not, the message names the strategy and the distribution it
+    came from (whose author can fix it), not the scratch path the user never chose."""
+    import onnx
+
+    try:
+        onnx.load(str(produced), load_external_data=False)
+    except Exception as exc:
+        plugin = entry.plugin
+        origin = "built-in" if plugin.builtin else f"from the {plugin.distribution} {plugin.version} distribution"
+        raise OnnxliteError(f"strategy {strategy!r} ({origin}) wrote a file that is not an ONNX model "
+                            f"({type(exc).__name__}: {one_line(exc, 160)}); report it to the plugin's authors"
+                            ) from None
+
+
 def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None, strategy_name: str,
                  options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
                  calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
@@ -327,6 +342,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         outcome = outcome or QuantizeOutcome()
         if not produced.exists():
             raise OnnxliteError(f"strategy {spec.name!r} wrote no model (expected {produced.name} in its workdir)")
+        _check_produced(produced, spec.name, entry)
         details = dict(outcome.details)
         if normalized is not None:
             details["normalized"] = normalized
