@@ -185,7 +185,7 @@ def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, 
     from ..claims import check_claims, requested_float_nodes
     from ..modelio import load_model
 
-    patterns = [p for o in spec.options if o.multiple and "exclude" in o.name for p in (values.get(o.name) or ())]
+    patterns = list(values.get(spec.exclude_option) or ()) if spec.exclude_option else []
     checked = check_claims(source, load_model(produced, load_external_data=False),
                            claimed_float=list(outcome.excluded_nodes),
                            requested_float=requested_float_nodes(source, patterns))
@@ -303,6 +303,12 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     check_writable(target)
     proto = _check_input(source)
     check_model(source)   # what export and lighten check, before any work (unknown operators, broken graphs)
+    if spec.exclude_option and not entry.plugin.builtin and values.get(spec.exclude_option):
+        # the check every built-in makes itself, made for third-party strategies too: a pattern that matches no
+        # node is a typo that would quantize the layer the user meant to protect
+        from ..authoring import match_nodes
+
+        match_nodes([n.name for n in proto.graph.node], values[spec.exclude_option], option=spec.exclude_option)
     warnings: list[str] = []
 
     def warn(message: str) -> None:

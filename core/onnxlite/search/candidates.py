@@ -47,9 +47,9 @@ def _short(value: Any) -> str:
 
 
 def exclude_option(spec: Any) -> str | None:
-    """The option through which a strategy keeps nodes in float (``exclude`` by convention)."""
-    names = [o.name for o in spec.options if o.multiple and "exclude" in o.name]
-    return names[0] if names else None
+    """The option through which a strategy keeps nodes in float: what its spec declares
+    (:attr:`QuantizerSpec.exclude_option`), not a name that happens to contain "exclude"."""
+    return getattr(spec, "exclude_option", None)
 
 
 def with_keep_float(candidate: Candidate, spec: Any, nodes: Sequence[str]) -> Candidate:

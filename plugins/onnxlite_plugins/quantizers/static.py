@@ -269,7 +269,7 @@ class StaticQuantizer:
                 extra["CalibPercentile"] = float(opts["percentile"])
             if batches > chunk_batches:
                 # ORT wants the count to divide by the stride; our reader clamps the last stride.
-                reader._count = -(-batches // chunk_batches) * chunk_batches
+                reader.set_count(-(-batches // chunk_batches) * chunk_batches)
                 extra["CalibStridedMinMax"] = chunk_batches
             op_types = with_range_activations(opts["op_types"])
             activation = QuantType[TYPES[opts["activation_type"]]]
@@ -343,6 +343,7 @@ class StaticQuantizer:
 def register_quantizers():
     return [QuantizerSpec(
         name="static",
+        exclude_option="exclude",
         description="int8 weights and activations, activation ranges calibrated on representative data "
                     "(onnxruntime quant_pre_process + quantize_static)",
         factory=StaticQuantizer,

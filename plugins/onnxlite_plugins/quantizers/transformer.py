@@ -220,6 +220,7 @@ def register_quantizers():
     return [
         QuantizerSpec(
             name="transformer",
+            exclude_option="exclude",
             description="onnxruntime transformer fusions (attention, skip/embed layer norm, GELU), "
                         "then dynamic per-channel int8. For BERT-style encoders on CPU.",
             factory=TransformerQuantizer,
