@@ -145,3 +145,31 @@ def test_mid_size_model_report_renders(mid_page, tmp_path):
 
 def test_minilm_shaped_report_renders(minilm_page, tmp_path):
     _check_page(minilm_page, tmp_path, "MB")
+
+
+def test_the_tiny_report_header_says_how_many_answers_may_change(tiny_page):
+    """Issue 25 §2: the table header gives the budget's allowance in changed answers, before anyone counts."""
+    from onnxlite.report.model import Report
+    import json
+
+    report = Report.from_dict(json.loads(tiny_page.with_name("report.json").read_text()))
+    allowance = report.allowances[report.primary_metric]
+    assert allowance["by"] == "measured drop"        # 0.5% on the default sample count cannot be proven at 95%
+    assert allowance["allowed"] == int(0.005 * allowance["samples"])
+    head = tiny_page.read_text().split("<thead>", 1)[1].split("</thead>", 1)[0]
+    assert f"≤ {allowance['allowed']} of {allowance['samples']} answers may change (measured)" in head
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("samples,budget", [(400, 0.01), (238, 0.01), (1000, 0.01), (5000, 0.02), (128, 0.05)])
+def test_allowed_changes_is_the_last_count_the_bound_passes(samples, budget):
+    from onnxlite.stats import allowance_text, allowed_changes, clopper_pearson, samples_for_changes
+
+    allowed = allowed_changes(samples, budget)
+    upper = lambda k, n: clopper_pearson(k, n, 0.95, "less")[1]   # noqa: E731
+    if allowed >= 0:
+        assert upper(allowed, samples) <= budget
+    assert upper(allowed + 1, samples) > budget
+    more = samples_for_changes(allowed + 1, budget)
+    assert more > samples and upper(allowed + 1, more) <= budget and upper(allowed + 1, more - 1) > budget
+    assert f"{more} samples" in allowance_text(samples, budget)

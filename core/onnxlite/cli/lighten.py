@@ -112,13 +112,14 @@ def _table(result: Any, width: int = 80) -> Any:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..report.text import STATUS_STYLES, human_bytes, wrap_name, wrap_words
+    from ..report.text import STATUS_STYLES, allowance_note, human_bytes, wrap_name, wrap_words
 
     base = result.baseline
     keys = _budget_keys(result)
     shorts = _short_keys(keys)
+    allowances = (result.evidence or {}).get("allowances") or {}
     title = "onnxlite lighten: budget " + ", ".join(
-        f"{k} drop ≤ {result.budgets[k]:.4g}" for k in keys if k in result.budgets)
+        f"{k} drop ≤ {result.budgets[k]:.4g}{allowance_note(allowances.get(k))}" for k in keys if k in result.budgets)
     caption = ("size and p50 below them: ÷N is N times smaller or faster than fp32, ×N N times larger or "
                "slower; drop ≤ upper confidence bound; a red drop is over budget")
     metric_width = 8

@@ -13,7 +13,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from .axes import nice_ticks, tick_labels
-from .text import fmt_ms, human_bytes, shorten_paths
+from .text import allowance_note, fmt_ms, human_bytes, shorten_paths
 
 if TYPE_CHECKING:
     from .model import ModelRow, Report
@@ -279,8 +279,8 @@ def _table(report: Report, palette: dict[str, str]) -> str:
             '<th style="width:8%">size</th>', '<th style="width:8%">p50 ms</th>']
     share = max(8, 24 // max(1, len(keys)))
     head += [f'<th style="width:{share}%">{_breakable_key(k)} drop<br/><small>[interval] ≤ bound / '
-             + (f"budget {report.budgets[k]:.3g}" if k in report.budgets else "no budget") + "</small></th>"
-             for k in keys]
+             + (f"budget {report.budgets[k]:.3g}" if k in report.budgets else "no budget")
+             + escape(allowance_note(report.allowances.get(k))) + "</small></th>" for k in keys]
     head.append("<th>why</th>")
     body = []
     for index, row in enumerate(report.rows):

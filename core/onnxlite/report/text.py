@@ -186,6 +186,18 @@ def setting_text(value: Any, key: str = "") -> str:
     return str(value)
 
 
+def allowance_note(allowance: dict[str, Any] | None) -> str:
+    """``: ≤ 0 of 400 answers may change`` for a table header (empty for continuous metrics)."""
+    if not allowance:
+        return ""
+    allowed = allowance["allowed"]
+    if allowed < 0:
+        return f": no candidate can pass on {allowance['samples']} samples"
+    by = " (measured)" if allowance.get("by") == "measured drop" else ""
+    return f": ≤ {allowed} of {allowance['samples']} answers may change{by}"
+
+
+
 # -- fitting text into a terminal -------------------------------------------------------------------
 
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[^\s/:'\"(),;]+){2,}/([^\s/:'\"(),;]+)")

@@ -97,11 +97,41 @@ def configure_judge(judge: Any, confidence: float, seed: int = 0) -> dict[str, A
             + (f"; it needs >= {needed} {where}" + (f" ({total} held-out samples in all)" if parts else "")
                if needed else "")
             + f"; {key} is held to its measured drop and candidates are ranked by {ranking}")
+    allowances = budget_allowances(judge, by_key, confirm, confidence, unresolved)
+    messages += [a["text"] for a in allowances.values()]
     judge.estimate_only = tuple(unresolved)
     rank = judge.primary if judge.primary not in unresolved else (extra or judge.primary)
     return {"confidence": confidence, "parts": parts.to_dict() if parts else {"confirm": samples},
             "unresolved": {k: v.to_dict() for k, v in unresolved.items()}, "rank_metric": rank,
-            "companion": extra, "messages": messages, "split_notes": notes}
+            "companion": extra, "messages": messages, "split_notes": notes, "allowances": allowances}
+
+
+def budget_allowances(judge: Any, by_key: dict[str, Any], samples: int, confidence: float,
+                      unresolved: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """For each budget on a rate metric (agreement, accuracy), how many changed answers it lets pass on the
+    samples that judge, said before any quantizing so that a verdict can be predicted: by the confidence bound,
+    or by the measured drop when the data cannot resolve the budget; and how many samples one more would need."""
+    from ..evaluation.intervals import is_rate_metric
+    from ..stats import allowance_text, allowed_changes, samples_for_changes
+
+    found: dict[str, dict[str, Any]] = {}
+    for key, budget in judge.budgets.items():
+        metric = by_key[key]
+        if not is_rate_metric(metric, judge.reference_outputs[metric.output], judge.context(metric.output)):
+            continue
+        if key in unresolved:
+            allowed = math.floor(budget * samples + 1e-9)     # held to the measured drop: k / n <= budget
+            text = (f"{key}: held to its measured drop, so up to {allowed} changed answer(s) of {samples} pass "
+                    f"the {budget:.3g} budget (more data makes this stricter: proving it at {confidence:.0%} "
+                    f"needs >= {unresolved[key].samples_needed} samples)")
+            found[key] = {"allowed": allowed, "samples": samples, "by": "measured drop", "text": text,
+                          "next_samples": None}
+            continue
+        allowed = allowed_changes(samples, budget, confidence)
+        found[key] = {"allowed": allowed, "samples": samples, "by": f"{confidence:.0%} bound",
+                      "next_samples": samples_for_changes(allowed + 1, budget, confidence),
+                      "text": f"{key}: {allowance_text(samples, budget, confidence)}"}
+    return found
 
 
 def add_companion(judge: Any) -> str | None:

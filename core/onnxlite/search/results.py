@@ -163,6 +163,7 @@ def _report(result: LightenResult) -> Any:
                   settings={"objective": result.objective, **{k: v for k, v in result.settings.items() if v is not None}},
                   sections=sections, verdict=result.message, budgets=dict(result.budgets),
                   metric_why=dict((result.evidence or {}).get("metric_why") or {}),
+                  allowances=dict((result.evidence or {}).get("allowances") or {}),
                   details={row.name: _details(row) for row in [result.baseline] + result.candidates},
                   environment=environment(result.settings.get("threads")),
                   verification=list((result.export.get("verification") or {}).get("rows") or []))
