@@ -27,6 +27,7 @@ PALETTE = {
     "ok": "#2d7dd2",
     "winner": "#1b9e4b",
     "rejected": "#e0a100",
+    "lost its grid": "#8a9bb0",
     "failed": "#d64541",
 }
 

@@ -184,9 +184,11 @@ def width_notes(rows: Sequence[CandidateRow], budgets: Mapping[str, float], skip
 def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
     """Within each option grid (same strategy and kept-float nodes, sizes within 1%), keep the select part's best.
 
-    The others that passed are set aside (status ``rejected``) with the reason; the
+    The others that passed are set aside (status ``lost its grid``) with the reason; the
     winner's own figures stay the confirm part's.  Returns one note per grid decided.
     """
+    from .results import LOST_GRID
+
     notes = []
     groups: dict[tuple, list[CandidateRow]] = {}
     for row in rows:
@@ -214,7 +216,7 @@ def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
             for row in cluster:
                 if row is best or row.status != "ok":
                     continue
-                row.status = "rejected"
+                row.status = LOST_GRID
                 row.reason = (f"lost {strategy}'s option grid on the select part: {rank} drop "
                               f"{on_select(row):.4g} vs {on_select(best):.4g} for {best.name}")
                 aside += 1

@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from .tasks import TaskResult
 
 
+#: the status of a candidate within budget that a better setting of its own option grid beat on the select part
+#: (not over budget: "rejected" is kept for candidates over budget or no lighter than fp32)
+LOST_GRID = "lost its grid"
+
 @dataclass
 class CandidateRow(Figures):
     """A candidate with everything learnt about it (its figures: :class:`~onnxlite.figures.Figures`)."""
@@ -20,7 +24,7 @@ class CandidateRow(Figures):
     strategy: str
     options: dict[str, Any]
     keep_float: list[str] = field(default_factory=list)
-    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | failed
+    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | lost its grid | failed
     reason: str = ""
     over_budget: bool = False
     quantize_seconds: float = 0.0
