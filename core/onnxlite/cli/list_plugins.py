@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..registry import Registry
 from .common import emit_json
-from .plugins import describe, show as render
+from .plugins import describe
+from .plugins import show as render
 
 
 def show(registry: Registry, as_json: bool) -> None:
