@@ -249,12 +249,17 @@ def _short(name: str, limit: int = 26) -> str:
     return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
+#: where a label may go around its point, nearest first; the farther ones keep a crowded winner labelled
+PLACES = ((9, 4, "start"), (-9, 4, "end"), (0, -10, "middle"), (0, 17, "middle"), (9, -8, "start"),
+          (-9, -8, "end"), (9, 15, "start"), (-9, 15, "end"), (12, -22, "start"), (-12, -22, "end"),
+          (12, 30, "start"), (-12, 30, "end"), (0, -36, "middle"), (24, -40, "start"), (-24, -40, "end"))
+
+
 def _place(text: str, cx: float, cy: float, boxes: list, frame: tuple[float, float, float, float]) -> str:
     """A label beside its point where it overlaps no other label or point; left out when nowhere fits (the
     point's number is then in its tooltip and the table)."""
     w, h = 6.4 * len(text) + 2, 13
-    for dx, dy, anchor in ((9, 4, "start"), (-9, 4, "end"), (0, -10, "middle"), (0, 17, "middle"),
-                           (9, -8, "start"), (-9, -8, "end"), (9, 15, "start"), (-9, 15, "end")):
+    for dx, dy, anchor in PLACES:
         x0 = cx + dx if anchor == "start" else cx + dx - w if anchor == "end" else cx - w / 2
         box = (x0, cy + dy - h + 3, x0 + w, cy + dy + 3)
         inside = frame[0] <= box[0] and box[2] <= frame[2] + 14 and frame[1] - 12 <= box[1] and box[3] <= frame[3] + 2
