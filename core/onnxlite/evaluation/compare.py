@@ -222,9 +222,9 @@ def check_same_inputs(judge: Judge, path: str, reference: Any) -> None:
     """A candidate must take the inputs the reference was run on; when it does not, say that the two models
     take different inputs (not that the data lacks one)."""
     from ..inputs import specs_from_onnx
-    from ..modelio import load_model
+    from ..modelio import read_header
 
-    takes = [s.name for s in specs_from_onnx(load_model(path, load_external_data=False))]
+    takes = [s.name for s in specs_from_onnx(read_header(path))]     # the shared parse: no second read
     missing = [n for n in takes if n not in judge.feeds]
     if missing:
         given = ", ".join(sorted(judge.feeds)) or "none"
