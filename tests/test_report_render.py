@@ -173,3 +173,18 @@ def test_allowed_changes_is_the_last_count_the_bound_passes(samples, budget):
     more = samples_for_changes(allowed + 1, budget)
     assert more > samples and upper(allowed + 1, more) <= budget and upper(allowed + 1, more - 1) > budget
     assert f"{more} samples" in allowance_text(samples, budget)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind,latency", [("compare", False), ("bench", True)])
+def test_compare_and_bench_pages_are_well_formed_with_labelled_axes(kind, latency):
+    """The generic page (compare, bench) parses as XML too, and its scatter's axes are labelled at round values."""
+    from onnxlite.report.html import render_html
+    from test_report import _report
+
+    page = ET.fromstring(render_html(_report(kind=kind, latency=latency)).replace("<!DOCTYPE html>", "", 1))
+    svg = next(e for e in page.iter(f"{SVG}svg"))
+    for axis in ("x", "y"):
+        ticks = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == f"tick {axis}"]
+        assert len(ticks) >= 3 and all(len(t) <= 7 for t in ticks), ticks
+    _assert_no_markdown("".join(e for e in page.find(".//body").itertext() if e))
