@@ -142,7 +142,7 @@ def _table(result: Any, width: int = 80) -> Any:
         if row is not base and p50 and base.latency_ms:
             speed += "\n" + _times(base.p50, p50)
         style = STATUS_STYLES.get(row.status, "")
-        status = row.status
+        status = row.status.replace("lost its grid", "lost its\ngrid")   # the column stays 9 wide at 80 columns
         cells = [escape(wrap_name(row.name, name_width)), f"[{style}]{status}[/]" if style else status, size, speed]
         for key in keys:
             cells.append(_drop_cell(row.drops.get(key), row.intervals.get(key), result.budgets.get(key)))
