@@ -35,7 +35,8 @@ class CalibrationReader:
         self.names = list(names) if names is not None else None
         self._iter: Iterator[dict[str, Any]] | None = None
         self._pos = 0
-        self._start, self._end = 0, None
+        self._start: int = 0
+        self._end: int | None = None
         self._count: int | None = None          # what len() reports; set_count pads it
         self._shapes: dict[str, tuple[int, ...]] = {}
         self.samples_seen = 0

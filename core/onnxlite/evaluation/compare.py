@@ -218,7 +218,7 @@ def label_notes(judge: Judge) -> list[str]:
     return notes
 
 
-def check_same_inputs(judge: Judge, path: str, reference: Any) -> None:
+def check_same_inputs(judge: Judge, path: str | os.PathLike[str], reference: Any) -> None:
     """A candidate must take the inputs the reference was run on; when it does not, say that the two models
     take different inputs (not that the data lacks one)."""
     from ..inputs import specs_from_onnx

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from .candidates import Candidate
@@ -386,7 +386,7 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
             break
         options = mixed_plan.assignment_options(chosen)
         # named by what it keeps apart from its default (``+float1``), not by a bare count (``+1``)
-        name = candidate_name("mixed", {"default": options["default"]}) + mixed_plan.plan_suffix(options["assign"])
+        name = candidate_name("mixed", {"default": options["default"]}) + mixed_plan.plan_suffix(cast("tuple[str, ...]", options["assign"]))
         row = state.run_candidates(workers, [Candidate(name, "mixed", options)])[0]
         rows.append(row)
         record["rounds"].append({"name": row.name, "status": row.status, "plan": dict(chosen),
