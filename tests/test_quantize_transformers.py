@@ -14,9 +14,10 @@ import onnxruntime as ort
 import pytest
 
 import onnxlite
-from export_models import LastHiddenState
 from onnxlite.graph_family import model_family
 from onnxlite.quantization.run import applicable_strategies
+
+from export_models import LastHiddenState
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -157,7 +158,8 @@ def _rms_norm_graph(path, gamma_shape):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("two", 2.0), ("eps", 1e-6), ("one", 1.0))]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n)
+             for n, v in (("two", 2.0), ("eps", 1e-6), ("one", 1.0))]
     inits += [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(gamma_shape)).astype(np.float32), "gamma"),
               numpy_helper.from_array((0.2 * rng.standard_normal((8, 8))).astype(np.float32), "w")]
     nodes = [helper.make_node("MatMul", ["a", "w"], ["h"], name="proj"),

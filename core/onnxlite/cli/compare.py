@@ -53,9 +53,9 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     1 - value for similarities and agreements, reference minus candidate for
     accuracy, and the value itself for absolute differences (docs/metrics.md).
     """
-    from ..evaluation.compare import compare as run_compare
     from rich.markup import escape
 
+    from ..evaluation.compare import compare as run_compare
     from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)

@@ -172,8 +172,8 @@ def chart_svg(report: Report, width: int = 860, height: int = 440) -> tuple[str,
             return (row.latency_ms or {}).get("p50")
         return row.metrics.get(metric) if metric else None
 
-    points = [(row, float(row.size_bytes), float(y_of(row))) for row in report.rows
-              if row.size_bytes is not None and y_of(row) is not None and math.isfinite(float(y_of(row)))]
+    points = [(row, float(row.size_bytes), y) for row in report.rows
+              if row.size_bytes is not None and (y := y_of(row)) is not None and math.isfinite(float(y))]
     left_out = [row.name for row in report.rows if row not in [p[0] for p in points]]
     note = f"Not plotted (figure missing): {', '.join(left_out)}." if left_out else ""
     if not points:
