@@ -11,15 +11,13 @@ import subprocess
 
 import pytest
 
-from helpers import CHROMIUM_FLAGS, chromium
-from helpers import MINILM_KEYS as KEYS
-from helpers import minilm_shaped_result as _result
+from helpers import CHROMIUM_FLAGS, RESULT_KEYS, chromium, sample_lighten_result
 
 
 def test_the_page_opens_with_the_verdict_and_holds_every_part():
     from onnxlite.report.html import render_html
 
-    html = render_html(_result().to_report())
+    html = render_html(sample_lighten_result().to_report())
     assert "<script" not in html and not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     order = [html.index(s) for s in ("Verdict", "Trade-off", "Candidates", "Environment", "Details per candidate",
                                      "Export verification: every check")]
@@ -51,7 +49,7 @@ def measured(tmp_path_factory):
 
     browser = chromium()
     root = tmp_path_factory.mktemp("layout")
-    paths = write_report(_result().to_report(), root / "report")
+    paths = write_report(sample_lighten_result().to_report(), root / "report")
     probe = root / "probe.html"
     script = """<script>
     window.addEventListener('load', () => {
@@ -124,9 +122,9 @@ def test_the_chart_draws_a_budgeted_metric_and_small_models_in_kb():
     from onnxlite.report.html import PALETTE
     from onnxlite.report.lighten_page import tradeoff_svg
 
-    report = _result().to_report()
-    report.budgets = {KEYS[1]: 0.01}            # the primary metric has no budget: draw the one that has
+    report = sample_lighten_result().to_report()
+    report.budgets = {RESULT_KEYS[1]: 0.01}            # the primary metric has no budget: draw the one that has
     for row in report.rows:
         row.size_bytes = row.size_bytes // 1000 if row.size_bytes else None
     svg = tradeoff_svg(report, "size", PALETTE)
-    assert f'aria-label="{KEYS[1]} drop against size on disk (KB)"' in svg and "budget 0.01" in svg
+    assert f'aria-label="{RESULT_KEYS[1]} drop against size on disk (KB)"' in svg and "budget 0.01" in svg

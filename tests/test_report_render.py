@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from helpers import SVG, assert_no_markdown, check_report_page, minilm_shaped_result
+from helpers import SVG, assert_no_markdown, check_report_page, sample_lighten_result
 
 MID_MLP = '''
 import torch
@@ -95,7 +95,7 @@ def mid_page(tmp_path_factory) -> Path:
 def minilm_page(tmp_path_factory) -> Path:
     from onnxlite.report.files import write_report
 
-    return write_report(minilm_shaped_result().to_report(), tmp_path_factory.mktemp("minilm") / "report")["html"]
+    return write_report(sample_lighten_result().to_report(), tmp_path_factory.mktemp("minilm") / "report")["html"]
 
 
 def test_tiny_model_report_renders(tiny_page, tmp_path):
