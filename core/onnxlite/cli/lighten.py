@@ -126,13 +126,14 @@ def _table(result: Any, width: int = 80) -> Any:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..report.text import STATUS_STYLES, human_bytes, wrap_name, wrap_words
+    from ..report.text import STATUS_STYLES, allowance_note, human_bytes, wrap_name, wrap_words
 
     base = result.baseline
     keys = _budget_keys(result)
     shorts = _short_keys(keys)
+    allowances = (result.evidence or {}).get("allowances") or {}
     title = "onnxlite lighten: budget " + ", ".join(
-        f"{k} drop ≤ {result.budgets[k]:.4g}" for k in keys if k in result.budgets)
+        f"{k} drop ≤ {result.budgets[k]:.4g}{allowance_note(allowances.get(k))}" for k in keys if k in result.budgets)
     caption = ("size and p50 below them: ÷N is N times smaller or faster than fp32, ×N N times larger or "
                "slower; drop ≤ upper confidence bound; a red drop is over budget")
     metric_width = 8
@@ -155,7 +156,7 @@ def _table(result: Any, width: int = 80) -> Any:
         if row is not base and p50 and base.latency_ms:
             speed += "\n" + _times(base.p50, p50)
         style = STATUS_STYLES.get(row.status, "")
-        status = row.status
+        status = row.status.replace("lost its grid", "lost its\ngrid")   # the column stays 9 wide at 80 columns
         cells = [escape(wrap_name(row.name, name_width)), f"[{style}]{status}[/]" if style else status, size, speed]
         for key in keys:
             cells.append(_drop_cell(row.drops.get(key), row.intervals.get(key), result.budgets.get(key)))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from .candidates import Candidate
@@ -97,11 +97,41 @@ def configure_judge(judge: Any, confidence: float, seed: int = 0) -> dict[str, A
             + (f"; it needs >= {needed} {where}" + (f" ({total} held-out samples in all)" if parts else "")
                if needed else "")
             + f"; {key} is held to its measured drop and candidates are ranked by {ranking}")
+    allowances = budget_allowances(judge, by_key, confirm, confidence, unresolved)
+    messages += [a["text"] for a in allowances.values()]
     judge.estimate_only = tuple(unresolved)
     rank = judge.primary if judge.primary not in unresolved else (extra or judge.primary)
     return {"confidence": confidence, "parts": parts.to_dict() if parts else {"confirm": samples},
             "unresolved": {k: v.to_dict() for k, v in unresolved.items()}, "rank_metric": rank,
-            "companion": extra, "messages": messages, "split_notes": notes}
+            "companion": extra, "messages": messages, "split_notes": notes, "allowances": allowances}
+
+
+def budget_allowances(judge: Any, by_key: dict[str, Any], samples: int, confidence: float,
+                      unresolved: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """For each budget on a rate metric (agreement, accuracy), how many changed answers it lets pass on the
+    samples that judge, said before any quantizing so that a verdict can be predicted: by the confidence bound,
+    or by the measured drop when the data cannot resolve the budget; and how many samples one more would need."""
+    from ..evaluation.intervals import is_rate_metric
+    from ..stats import allowance_text, allowed_changes, samples_for_changes
+
+    found: dict[str, dict[str, Any]] = {}
+    for key, budget in judge.budgets.items():
+        metric = by_key[key]
+        if not is_rate_metric(metric, judge.reference_outputs[metric.output], judge.context(metric.output)):
+            continue
+        if key in unresolved:
+            allowed = math.floor(budget * samples + 1e-9)     # held to the measured drop: k / n <= budget
+            text = (f"{key}: held to its measured drop, so up to {allowed} changed answer(s) of {samples} pass "
+                    f"the {budget:.3g} budget (more data makes this stricter: proving it at {confidence:.0%} "
+                    f"needs >= {unresolved[key].samples_needed} samples)")
+            found[key] = {"allowed": allowed, "samples": samples, "by": "measured drop", "text": text,
+                          "next_samples": None}
+            continue
+        allowed = allowed_changes(samples, budget, confidence)
+        found[key] = {"allowed": allowed, "samples": samples, "by": f"{confidence:.0%} bound",
+                      "next_samples": samples_for_changes(allowed + 1, budget, confidence),
+                      "text": f"{key}: {allowance_text(samples, budget, confidence)}"}
+    return found
 
 
 def add_companion(judge: Any) -> str | None:
@@ -155,9 +185,11 @@ def width_notes(rows: Sequence[CandidateRow], budgets: Mapping[str, float], skip
 def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
     """Within each option grid (same strategy and kept-float nodes, sizes within 1%), keep the select part's best.
 
-    The others that passed are set aside (status ``rejected``) with the reason; the
+    The others that passed are set aside (status ``lost its grid``) with the reason; the
     winner's own figures stay the confirm part's.  Returns one note per grid decided.
     """
+    from .results import LOST_GRID
+
     notes = []
     groups: dict[tuple, list[CandidateRow]] = {}
     for row in rows:
@@ -185,7 +217,7 @@ def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
             for row in cluster:
                 if row is best or row.status != "ok":
                     continue
-                row.status = "rejected"
+                row.status = LOST_GRID
                 row.reason = (f"lost {strategy}'s option grid on the select part: {rank} drop "
                               f"{on_select(row):.4g} vs {on_select(best):.4g} for {best.name}")
                 aside += 1
@@ -365,7 +397,9 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
         if all(s == "float" for s in chosen.values()):
             break
         options = mixed_plan.assignment_options(chosen)
-        name = candidate_name("mixed", {"default": options["default"]}) + f"+{len(options['assign'])}"
+        # named by what it keeps apart from its default (``+float1``), not by a bare count (``+1``)
+        suffix = mixed_plan.plan_suffix(cast("tuple[str, ...]", options["assign"]))
+        name = candidate_name("mixed", {"default": options["default"]}) + suffix
         row = state.run_candidates(workers, [Candidate(name, "mixed", options)])[0]
         rows.append(row)
         record["rounds"].append({"name": row.name, "status": row.status, "plan": dict(chosen),

@@ -123,9 +123,9 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         raise UsageError(f"--objective: expected latency or size, got {objective!r}")
     metrics = [metric] if isinstance(metric, str) else (list(metric) if metric else None)
     resolve_providers(settings)  # an unavailable provider fails before any work
-
     from ..executors import get_executor
-
+    from .candidates import check_strategy_names
+    check_strategy_names(strategies)  # so does a misspelt --strategies name (not after the export)
     runner = get_executor(executor, ray_address=ray_address, bench_on=bench_on)
     with scratch_dir(out) as work, contextlib.closing(runner):
         state = _Search(source, work, settings, emit, runner)

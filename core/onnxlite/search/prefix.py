@@ -201,7 +201,10 @@ def keep_worst(state: Any, base: Any, spec: Any, order: Sequence[str], limit: in
         ok = passes(result)
         state.partial["steps"].append({"keep_float": k, "name": candidate.name,
                                        "status": "ok" if ok else "failed" if result.status == "failed" else "rejected",
-                                       "drop": result.drops.get(primary), "ranked_by": ranking})
+                                       "drop": result.drops.get(primary), "ranked_by": ranking,
+                                       # why a step with a small drop still failed (its bound, another metric)
+                                       "reason": result.error if result.status == "failed"
+                                       else "; ".join(result.failures)})
         last = candidate
         if ok:
             return candidate, last

@@ -70,6 +70,19 @@ class Recipe:
             tomli_w.dumps(doc)
 
 
+def effective_options(options: Mapping[str, Any], model: Any) -> dict[str, Any]:
+    """The options as they acted on ``model`` (an ONNX path or ModelProto): ``op_types`` entries the graph has no
+    node of did nothing (Gather on a model without Gather), so the recipe does not record them."""
+    wanted = options.get("op_types")
+    if not wanted or isinstance(wanted, str):
+        return dict(options)
+    from ..graph_family import as_model
+
+    present = {n.op_type for n in as_model(model).graph.node}
+    kept = tuple(op for op in wanted if op in present)
+    return dict(options) | {"op_types": kept or tuple(wanted)}
+
+
 def _plain(options: dict[str, Any]) -> dict[str, Any]:
     """TOML has no None and no tuples: drop the one, list the other."""
     out = {}
