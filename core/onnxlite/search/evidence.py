@@ -11,14 +11,11 @@
   leave the size alone (smoothquant's alpha, static's calibration method) are
   an option grid: the one with the smallest drop on the *select* part stays,
   the others are set aside.  The figures reported are the confirm part's.
-- **Fallback.** Partial quantization repairs the lightest over-budget
-  candidate when nothing passes, and also when it is clearly lighter than the
-  best candidate that passes.  A float prefix (the graph's start kept float)
-  is tried first, then nodes ranked by activation matching; when neither
-  reaches the budget, a direct sweep (each node quantized alone, its drop
-  measured) ranks them again.  Every probe gets the select part's judge only
-  (:func:`select_judge`): the confirm samples never steer the choice, and
-  judge the repair chosen, like any candidate (:func:`confirm`).
+- **Fallback.** Partial quantization repairs a light over-budget candidate that
+  is not slower than fp32 here (quick timing, :mod:`onnxlite.search.quick`).  A
+  float prefix is tried first, then nodes ranked by activation matching, then a
+  direct sweep.  Every probe gets the select part's judge only
+  (:func:`select_judge`); the confirm samples judge the repair chosen (:func:`confirm`).
 - **Mixed precision.** Each weighted node gets its own scheme from a sweep of
   per-node, per-scheme drops, planned under the budget (:mod:`onnxlite.mixed_plan`).
 """
