@@ -22,32 +22,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-from conftest import make_plugin_dist, run_cli, save_graph
+from conftest import make_plugin_dist, run_cli
+from helpers import MLP_WIDTH, make_mlp, tree
 
-K = 32
-
-
-def make_mlp(path: Path, external: bool = False, op: str = "MatMul") -> Path:
-    """x:float32[batch,32] -> MatMul -> Relu -> MatMul -> y:float32[batch,8] (``op`` replaces the first MatMul)."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((K, K)) * 0.2).astype(np.float32), "w1"),
-             numpy_helper.from_array((rng.standard_normal((K, 8)) * 0.2).astype(np.float32), "w2")]
-    nodes = [helper.make_node(op, ["x", "w1"], ["h"], name="fc1"),
-             helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], inits)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_graph(graph, path, external=external)
-    return path
-
-
-def tree(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` (hidden ones too) with a digest of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+K = MLP_WIDTH
 
 
 def one_error_line(err: str, needle: str | None = None) -> str:
@@ -537,3 +516,41 @@ def test_quantizer_install_hints_name_the_projects_extra(monkeypatch):
     assert len(entries) >= 7
     for entry in entries:
         assert entry.unavailable_reason() == "onnxruntime is not installed: pip install 'onnxlite[cpu]'", entry.name
+
+
+# ---------------------------------------------------------------- issue 25 §4: late failures
+
+
+def test_unknown_strategy_fails_before_any_work(cli, mlp, tmp_path):
+    """``lighten --strategies nosuch`` fails in one line before the export (no progress, no budget warning)."""
+    before = tree(mlp.parent)
+    out = tmp_path / "out"
+    code, stdout, err = cli("lighten", mlp, "-o", out, "--strategies", "dynamic,nosuch")
+    assert code == 2
+    line = one_error_line(err, "--strategies: unknown quantizer 'nosuch'")
+    assert "dynamic" in line                                 # the known names are listed
+    assert [ln for ln in err.strip().splitlines() if ln.strip()] == [line]    # nothing ran before it
+    assert not out.exists() and tree(mlp.parent) == before
+
+
+TEXT_WRITER = '''
+from onnxlite import hookimpl, QuantizerSpec
+
+class WritesText:
+    def quantize(self, model, output, options, context):
+        output.write_text("this is not a model")
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="textwriter", description="writes text", factory=WritesText)]
+'''
+
+
+def test_a_strategy_writing_a_non_onnx_file_is_named_with_its_distribution(cli, mlp, tmp_path, fresh_plugins):
+    site = make_plugin_dist(tmp_path / "site", "acme-text", "0.2", "acme_text", TEXT_WRITER)
+    fresh_plugins.syspath_prepend(str(site))
+    code, _out, err = cli("quantize", mlp, "-s", "textwriter", "-o", tmp_path / "q.onnx")
+    assert code == 1, err
+    line = one_error_line(err, "strategy 'textwriter' (from the acme-text 0.2 distribution) wrote a file that is "
+                               "not an ONNX model")
+    assert ".work" not in line and "out.onnx" not in line and not (tmp_path / "q.onnx").exists()

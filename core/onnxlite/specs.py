@@ -196,6 +196,11 @@ class QuantizerSpec(Spec):
     ``saturation_free(options)``: whether the strategy's integer math with these option values (defaults
     filled in) cannot saturate; when the target CPU's int8 answers differ from this machine's, a search
     tries only the candidates for which it says True.  None: the strategy runs no int8 kernels.
+    ``exclude_option``: the name of the strategy's ``multiple=True`` option that keeps nodes in float (node
+    names or glob patterns; ``"exclude"`` in every built-in).  Declaring it is what makes the strategy take
+    part in ``lighten``'s partial fallback (which keeps the worst nodes in float through it); the host checks
+    that every pattern given there matches a node, and compares what the written model keeps in float with
+    it.  None: the strategy cannot keep chosen nodes in float.
     """
 
     kind: ClassVar[str] = "quantizer"
@@ -210,6 +215,14 @@ class QuantizerSpec(Spec):
     output_format: str | Callable[[Mapping[str, Any]], str | None] | None = None
     isa_grid: tuple[Mapping[str, Any], ...] = ()
     saturation_free: Callable[[Mapping[str, Any]], bool] | None = None
+    exclude_option: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.exclude_option is not None:
+            option = self.option(self.exclude_option)
+            if option is None or not option.multiple:
+                raise ValueError(f"quantizer {self.name!r}: exclude_option={self.exclude_option!r} must name one of "
+                                 "its options declared with multiple=True")
 
 
 @dataclass(frozen=True)

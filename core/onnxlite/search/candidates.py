@@ -50,9 +50,9 @@ def _short(value: Any) -> str:
 
 
 def exclude_option(spec: Any) -> str | None:
-    """The option through which a strategy keeps nodes in float (``exclude`` by convention)."""
-    names = [o.name for o in spec.options if o.multiple and "exclude" in o.name]
-    return names[0] if names else None
+    """The option through which a strategy keeps nodes in float: what its spec declares
+    (:attr:`QuantizerSpec.exclude_option`), not a name that happens to contain "exclude"."""
+    return getattr(spec, "exclude_option", None)
 
 
 def with_keep_float(candidate: Candidate, spec: Any, nodes: Sequence[str]) -> Candidate:
@@ -155,6 +155,20 @@ def isa_grid(spec: Any, here: Hardware | None,
     return kept, (f"its int8 kernels saturate on {saturating.isa} and not on {other.isa}: the answers judged on "
                   f"{here.isa} (this machine) would not be the ones {target.isa} (--target-cpu) gives; only its "
                   "saturation-free variants are tried")
+
+
+def check_strategy_names(strategies: Sequence[str] | None) -> None:
+    """``--strategies`` names every strategy it lists, checked before any export or data work: an unknown one
+    fails in one line, ``--strategies: unknown quantizer 'nosuch'; did you mean ...`` (known names listed)."""
+    from ..errors import UsageError
+    from ..registry import get_registry
+
+    registry = get_registry()
+    for name in strategies or ():
+        try:
+            registry.get("quantizer", name)
+        except UsageError as error:
+            raise UsageError(f"--strategies: {error}") from None
 
 
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
