@@ -33,13 +33,17 @@ from .common import json_option, session_options, session_settings, source_optio
 @click.option("--seq-len", type=click.IntRange(min=1), default=16, show_default=True,
               help="Length of generated sequences (dynamic non-batch axes).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for generated samples.")
+@click.option("--per-node", "per_node", is_flag=True,
+              help="Also attribute the error node by node (one QDQ CANDIDATE, REFERENCE its float .onnx): the "
+                   "drop with only each node quantized, with only it left float, and the SQNR its output's "
+                   "Q/DQ adds; worst first (docs/metrics.md).")
 @click.option("--report", "report_dir", metavar="DIR", help="Also write report.html, report.json and report.md here.")
 @source_options("REFERENCE")
 @session_options
 @json_option
 def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_options: tuple[str, ...],
             framework: str, metrics: tuple[str, ...], max_drop: tuple[str, ...], confidence: float,
-            samples: int | None,
+            samples: int | None, per_node: bool,
             batch_size: int, old_batch_size: int | None, seq_len: int, seed: int, report_dir: str | None,
             inputs: tuple[str, ...], model_class: str | None, framework_options: tuple[str, ...], provider: str,
             threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
@@ -61,6 +65,8 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
     options = option_pairs(data_options, "--data-option") or None
     err = console(stderr=True)
+    if per_node and len(candidates) != 1:
+        raise click.UsageError("--per-node takes exactly one CANDIDATE")
     with err.status("comparing...") as status:
         source, specs, framework = _reference(reference, framework, inputs, model_class, framework_options,
                                               settings)
@@ -69,16 +75,25 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
                              data_options=options, samples=samples,
                              batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
                              seed=seed, confidence=confidence, progress=lambda msg: status.update(f"{msg}..."))
+        nodes = _per_node(reference, candidates[0], data, metrics, settings, options, samples, batch_size,
+                          old_batch_size, seq_len, seed, status) if per_node else None
     result.reference = reference   # a reference loaded here is named by what the user typed
     paths = None
     if report_dir:
         from ..report.files import write_report
 
-        paths = write_report(result.to_report(), report_dir)
+        report = result.to_report()
+        if nodes is not None:
+            report.sections.append(("Error by node", nodes.markdown()))
+            report.charts.append(("Error by node (worst first)", nodes.chart_svg()))
+            report.details.setdefault(result.candidates[0].name, {})["per_node"] = nodes.to_dict()
+        paths = write_report(report, report_dir)
     if as_json:
         from .common import emit_json
 
         payload = result.to_dict()
+        if nodes is not None:
+            payload["per_node"] = nodes.to_dict()
         if paths:
             payload["report"] = {k: str(v) for k, v in paths.items()}
         emit_json(payload)
@@ -90,6 +105,10 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         for c in result.candidates:
             for note in c.notes:
                 out.print(f"[yellow]{c.name}[/]: {note}")
+        if nodes is not None:
+            click.echo("\n".join(nodes.table_lines()))
+            for note in nodes.notes:
+                out.print(f"[yellow]note[/]: {escape(note)}")
         if paths:
             out.print(f"report: {paths['html']}")
     if result.passed is False:
@@ -99,6 +118,17 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         click.get_current_context().exit(1)
     if result.passed:
         click.echo("PASS: every candidate is within --max-drop", err=True)
+
+
+def _per_node(reference, candidate, data, metrics, settings, options, samples, batch_size, old_batch_size,
+              seq_len, seed, status):
+    """``--per-node``: one implementation, :func:`onnxlite.evaluation.per_node.per_node_compare`."""
+    from ..evaluation.per_node import per_node_compare
+
+    return per_node_compare(reference, candidate, data, metrics=list(metrics) or None, settings=settings,
+                            data_options=options, samples=samples,
+                            batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
+                            seed=seed, progress=lambda msg: status.update(f"per node: {msg}..."))
 
 
 def _reference(reference: str, framework: str, inputs, model_class, framework_options, settings):
