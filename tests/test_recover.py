@@ -42,7 +42,7 @@ def test_cle_keeps_float_outputs_and_narrows_channel_ranges(two_convs):
     x = np.random.default_rng(1).normal(size=(4, 3, 8, 8)).astype(np.float32)
     before = _run(model, x)
     spread = _channel_ranges(model, "w1")
-    pairs = equalize(model)
+    pairs = equalize(model, clip6="relu")
     assert [(p.first, p.second) for p in pairs] == [("conv1", "conv2"), ("conv2", "conv3")]
     np.testing.assert_allclose(_run(model, x), before, atol=1e-5, rtol=1e-5)
     after = _channel_ranges(model, "w1")

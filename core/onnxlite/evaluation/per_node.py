@@ -49,9 +49,17 @@ class NodeError:
     drop_alone: float | None = None
     drop_float: float | None = None
     recovered: float | None = None
+    #: every metric's drop with only this node quantized, and with only it left float (by metric key)
+    alone_drops: dict[str, float] = field(default_factory=dict)
+    float_drops: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+        def clean(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            return None if isinstance(v, float) and not math.isfinite(v) else v
+
+        return {k: clean(v) for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,9 @@ class PerNodeResult:
     reference: str
     candidate: str
     metric: str
+    #: the continuous metric that breaks ties of the primary one (a rate such as top-1 agreement moves in
+    #: whole samples, so many nodes share a value), or None
+    tiebreak: str | None
     candidate_drop: float
     samples: int
     activation_samples: int
@@ -69,23 +80,26 @@ class PerNodeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "candidate": self.candidate, "metric": self.metric,
+                "tiebreak": self.tiebreak,
                 "candidate_drop": self.candidate_drop, "samples": self.samples,
                 "activation_samples": self.activation_samples, "nodes": [n.to_dict() for n in self.nodes],
                 "notes": list(self.notes)}
 
     def table_lines(self, limit: int | None = 20) -> list[str]:
         """A plain table at most 80 columns wide, worst first (``limit`` rows; None: all)."""
-        head = f"{'node':<30} {'op':<9} {'alone':>8} {'float':>8} {'recov':>8} {'qdq dB':>6}"
+        head = f"{'node':<28} {'op':<7} {'alone':>7} {'cos':>7} {'float':>7} {'recov':>7} {'qdq dB':>6}"
         lines = [f"per-node error of {Path(self.candidate).name}: {self.metric} drop {self.candidate_drop:+.4f} "
                  f"on {self.samples} samples"[:80], head, "-" * len(head)]
         for n in self.nodes[:limit]:
-            name = n.node if len(n.node) <= 30 else "…" + n.node[-29:]
-            lines.append(f"{name:<30} {n.op_type[:9]:<9} {_num(n.drop_alone):>8} {_num(n.drop_float):>8} "
-                         f"{_num(n.recovered):>8} {_num(n.qdq_sqnr, 1):>6}")
+            name = n.node if len(n.node) <= 28 else "…" + n.node[-27:]
+            cos = n.alone_drops.get(self.tiebreak) if self.tiebreak else None
+            lines.append(f"{name:<28} {n.op_type[:7]:<7} {_num(n.drop_alone, 3):>7} {_num(cos, 3):>7} "
+                         f"{_num(n.drop_float, 3):>7} {_num(n.recovered, 3):>7} {_num(n.qdq_sqnr, 1):>6}")
         if limit is not None and len(self.nodes) > limit:
             lines.append(f"... {len(self.nodes) - limit} more (--json for all)")
-        lines.append("alone: drop with only this node quantized; float: drop with only it left float;")
-        lines.append("recov: candidate drop minus float; qdq dB: SQNR its output's Q/DQ adds")
+        lines.append("alone: drop with only this node quantized (cos: of the mean cosine, which breaks")
+        lines.append("ties); float: drop with only it left float; recov: candidate drop minus float;")
+        lines.append("qdq dB: the SQNR its output's Q/DQ adds")
         return lines
 
     def markdown(self, limit: int = 20) -> str:
@@ -126,7 +140,7 @@ class PerNodeResult:
 def _num(value: float | None, digits: int = 4) -> str:
     if value is None or not math.isfinite(value):
         return "-"
-    return f"{value:.{digits}f}" if digits < 4 else f"{value:+.{digits}f}"
+    return f"{value:.{digits}f}" if digits < 3 else f"{value:+.{digits}f}"
 
 
 # -- the graph: which Q/DQ belong to which node ---------------------------------------------------------------
@@ -183,7 +197,7 @@ def without_qdq(model: onnx.ModelProto, drop: set[str], float_model: onnx.ModelP
     inits = {i.name: i for i in graph.initializer}
     by_output = {o: n for n in graph.node for o in n.output}
     float_inits = {i.name: i for i in float_model.graph.initializer}
-    float_producer = {o: n for n in float_model.graph.node for o in n.output}
+    clips = folded_bounds(float_model)
     nodes = []
     for n in graph.node:
         if n.name not in drop:
@@ -205,19 +219,17 @@ def without_qdq(model: onnx.ModelProto, drop: set[str], float_model: onnx.ModelP
             continue
         q = by_output.get(source)
         tensor = q.input[0] if q is not None else source
-        folded = float_producer.get(q.input[0]) if q is not None else None
-        if folded is not None and folded.op_type in ("Relu", "Clip"):
-            extra = []
-            for i, bound in enumerate(folded.input[1:], 1):
-                if bound and bound in float_inits:
-                    copy = onnx.TensorProto()
-                    copy.CopyFrom(float_inits[bound])
-                    copy.name = f"{n.name}_bound{i}"
-                    graph.initializer.append(copy)
-                extra.append(f"{n.name}_bound{i}" if bound and bound in float_inits else bound)
-            nodes.append(helper.make_node(folded.op_type, [tensor, *extra], list(n.output), name=n.name,
-                                          domain=folded.domain))
-            nodes[-1].attribute.extend(folded.attribute)
+        bounds = clips.get(q.input[0]) if q is not None else None
+        if bounds is not None:
+            # a Relu or Clip folded into the Q: restore it as a Clip with constant bounds
+            names = []
+            for tag, value in zip(("low", "high"), bounds):
+                names.append(f"{n.name}_{tag}" if math.isfinite(value) else "")
+                if names[-1]:
+                    graph.initializer.append(numpy_helper.from_array(np.array(value, np.float32), names[-1]))
+            while names and not names[-1]:
+                names.pop()
+            nodes.append(helper.make_node("Clip", [tensor, *names], list(n.output), name=n.name))
         else:
             nodes.append(helper.make_node("Identity", [tensor], list(n.output), name=n.name))
     del graph.node[:]
@@ -233,7 +245,10 @@ def folded_bounds(float_model: onnx.ModelProto) -> dict[str, tuple[float, float]
     """Output tensor -> (low, high) of every Relu and constant-bound Clip in the float model."""
     from onnx import numpy_helper
 
-    inits = {i.name: i for i in float_model.graph.initializer}
+    inits = {i.name: numpy_helper.to_array(i) for i in float_model.graph.initializer}
+    for n in float_model.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            inits[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
     found = {}
     for n in float_model.graph.node:
         if n.op_type == "Relu":
@@ -243,7 +258,7 @@ def folded_bounds(float_model: onnx.ModelProto) -> dict[str, tuple[float, float]
             bounds = [attrs.get("min", -float("inf")), attrs.get("max", float("inf"))]
             for i, name in enumerate(n.input[1:3]):
                 if name in inits:
-                    bounds[i] = float(numpy_helper.to_array(inits[name]))
+                    bounds[i] = float(inits[name])
             found[n.output[0]] = (bounds[0], bounds[1])
     return found
 
@@ -337,8 +352,8 @@ def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.Pat
         # every Q/DQ pair goes when one node is measured alone, the graph inputs' too (they have no owner node)
         every = {n.name for n in qdq.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
                  and n.input[0] not in weights}
-        alone: dict[str, float] = {}
-        left_float: dict[str, float] = {}
+        alone: dict[str, dict[str, float]] = {}
+        left_float: dict[str, dict[str, float]] = {}
         if isolate:
             total = len(groups.nodes)
             for k, (name, _op, _out) in enumerate(groups.nodes, 1):
@@ -347,7 +362,7 @@ def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.Pat
                 for tag, drop, into in (("alone", every - mine, alone), ("float", mine, left_float)):
                     path = work / f"{tag}.onnx"
                     onnx.save(without_qdq(qdq, drop, reference), str(path))
-                    into[name] = judge.drops(judge.score(path))[primary]
+                    into[name] = judge.drops(judge.score(path))
     float_names = {i.name for i in reference.graph.initializer}
     unmatched = [i.name for i in qdq.graph.initializer if i.name.endswith(QUANTIZED_SUFFIX)
                  and i.name[: -len(QUANTIZED_SUFFIX)] not in float_names]
@@ -355,21 +370,27 @@ def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.Pat
         notes.append(f"{len(unmatched)} quantized weight(s) have no float weight of that name in the reference "
                      f"(such as {unmatched[0]}; onnxruntime's pre-processing renames what it merges): measured "
                      "float, they keep their dequantized values")
+    tiebreak = next((m.key for m in judge.metrics if m.key != primary and "cosine_mean" in m.key), None)
     nodes = []
     for name, op, out in groups.nodes:
         errs = sqnr.get(out, {})
-        recovered = candidate_drop - left_float[name] if name in left_float else None
+        mine, kept = alone.get(name, {}), left_float.get(name, {})
+        recovered = candidate_drop - kept[primary] if primary in kept else None
         nodes.append(NodeError(node=name, op_type=op, output=out, qdq_sqnr=errs.get("qdq"),
-                               float_sqnr=errs.get("float"), drop_alone=alone.get(name),
-                               drop_float=left_float.get(name), recovered=recovered))
+                               float_sqnr=errs.get("float"), drop_alone=mine.get(primary),
+                               drop_float=kept.get(primary), recovered=recovered, alone_drops=dict(mine),
+                               float_drops=dict(kept)))
 
-    def worst(n: NodeError) -> tuple[float, float, float]:
-        return (-(n.drop_alone if n.drop_alone is not None and math.isfinite(n.drop_alone) else -np.inf),
-                -(n.recovered if n.recovered is not None and math.isfinite(n.recovered) else -np.inf),
+    def high(value: float | None) -> float:
+        return -value if value is not None and math.isfinite(value) else np.inf
+
+    def worst(n: NodeError) -> tuple[float, ...]:
+        return (high(n.drop_alone), high(n.alone_drops.get(tiebreak) if tiebreak else None), high(n.recovered),
                 n.qdq_sqnr if n.qdq_sqnr is not None else np.inf)
 
     nodes.sort(key=worst)
-    return PerNodeResult(reference=float_model, candidate=candidate, metric=primary, candidate_drop=candidate_drop,
+    return PerNodeResult(reference=float_model, candidate=candidate, metric=primary, tiebreak=tiebreak,
+                         candidate_drop=candidate_drop,
                          samples=judge.samples, activation_samples=count, nodes=tuple(nodes), notes=tuple(notes))
 
 

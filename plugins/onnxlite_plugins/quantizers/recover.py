@@ -34,8 +34,9 @@ STATIC_OPTIONS = ("format", "method", "percentile", "activation_type", "symmetri
 
 OPTIONS = (
     Option("cle", bool, True, "cross-layer equalization of conv pairs through Relu/Relu6"),
-    Option("clip6", str, "relu", "a Relu6 (Clip 0..6) between an equalized pair: replace it by a Relu (as AIMET "
-           "and Quark do; float outputs change above 6) or skip such pairs", choices=("relu", "skip")),
+    Option("clip6", str, "bounded", "a Relu6 (Clip 0..6) between an equalized pair: scale only as far as the "
+           "calibration data keeps it exact (bounded), replace it by a Relu as AIMET and Quark do (relu; float "
+           "outputs change above 6), or skip such pairs", choices=("bounded", "relu", "skip")),
     Option("bias_correction", bool, True, "correct each conv's bias by the expected output shift of its rounding"),
     Option("adaround", bool, False, "learn each conv's int8 rounding on its calibration inputs (needs torch)"),
     Option("adaround_steps", int, 200, "AdaRound optimisation steps per conv"),
@@ -132,7 +133,8 @@ class RecoverQuantizer:
         from onnxlite.registry import get_registry
         from onnxlite.specs import parse_spec_options
 
-        from .equalize import equalize, fold_batchnorm
+        from .equalize import clip_inputs, equalize, fold_batchnorm
+        from .rounding import collect
 
         opts = {o.name: o.default for o in OPTIONS} | dict(options)
         if context.calibration is None:
@@ -149,18 +151,22 @@ class RecoverQuantizer:
             excluded = set(expand_node_patterns([n.name for n in proto.graph.node], opts["exclude"]))
             details: dict[str, Any] = {"batchnorm_folded": fold_batchnorm(proto)}
             notes = []
+            names = [i.name for i in proto.graph.input]
+            feeds = list(CalibrationReader(context.calibration, 1, int(opts["recovery_samples"]), names=names))
+            if not feeds:
+                raise UsageError("recover: the calibration data has no samples")
             if opts["cle"]:
-                pairs = equalize(proto, clip6=opts["clip6"])
+                maxima = None
+                if opts["clip6"] == "bounded" and clip_inputs(proto):
+                    found = collect(proto, clip_inputs(proto), feeds)
+                    maxima = {k: v.max(axis=tuple(i for i in range(v.ndim) if i != 1)) for k, v in found.items()}
+                pairs = equalize(proto, clip6=opts["clip6"], maxima=maxima)
                 relu6 = sum(1 for p in pairs if p.through == "Clip")
                 details["cle_pairs"] = [p.__dict__ for p in pairs]
                 notes.append(f"cross-layer equalization of {len(pairs)} conv pair(s)"
-                             + (f" ({relu6} Relu6 replaced by Relu)" if relu6 else ""))
+                             + (f" ({relu6} through Relu6, {opts['clip6']})" if relu6 else ""))
             if opts["adaround"] or opts["bias_correction"]:
                 convs = _convs(proto, excluded)
-                names = [i.name for i in proto.graph.input]
-                feeds = list(CalibrationReader(context.calibration, 1, int(opts["recovery_samples"]), names=names))
-                if not feeds:
-                    raise UsageError("recover: the calibration data has no samples")
                 rounding = recover_weights(proto, convs, feeds, bool(opts["adaround"]), bool(opts["bias_correction"]),
                                            int(opts["adaround_steps"]))
                 if opts["adaround"]:

@@ -134,27 +134,32 @@ def bias_shift(weight: Any, chosen: Any, input_mean: Any, groups: int) -> Any:
     return np.einsum("oc,oc->o", delta, np.repeat(means, per_group, axis=0))
 
 
-def conv_inputs(model: Any, nodes: Sequence[Any], feeds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Each conv's input (samples concatenated on axis 0) on ``feeds``, by node name: one onnxruntime run
-    per feed of the model with those tensors added as outputs."""
+def collect(model: Any, tensors: Sequence[str], feeds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The values of ``tensors`` (samples concatenated on axis 0) on ``feeds``: one onnxruntime run per feed
+    of the model with those tensors added as outputs."""
     import numpy as np
     import onnx
     import onnxruntime as ort
 
-    wanted = {n.name: n.input[0] for n in nodes}
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     present = {o.name for o in probe.graph.output}
-    for tensor in sorted(set(wanted.values()) - present):
+    for tensor in sorted(set(tensors) - present):
         probe.graph.output.append(onnx.helper.make_empty_tensor_value_info(tensor))
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
-    collected: dict[str, list[Any]] = {}
     inputs = {i.name for i in session.get_inputs()}
+    collected: dict[str, list[Any]] = {t: [] for t in set(tensors)}
     for feed in feeds:
         values = dict(zip(names, session.run(None, {k: v for k, v in feed.items() if k in inputs})))
-        for tensor in set(wanted.values()):
-            collected.setdefault(tensor, []).append(values[tensor])
-    return {node: np.concatenate(collected[tensor]) for node, tensor in wanted.items()}
+        for tensor in collected:
+            collected[tensor].append(values[tensor])
+    return {tensor: np.concatenate(parts) for tensor, parts in collected.items()}
+
+
+def conv_inputs(model: Any, nodes: Sequence[Any], feeds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each conv's input on ``feeds``, by node name (:func:`collect`)."""
+    found = collect(model, [n.input[0] for n in nodes], feeds)
+    return {n.name: found[n.input[0]] for n in nodes}
