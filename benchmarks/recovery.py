@@ -89,7 +89,6 @@ def main() -> None:
         raise SystemExit(f"missing {', '.join(missing)}: pip install 'onnxlite[cnn]'")
 
     import numpy as np
-
     import onnxlite
     from onnxlite.inputs import parse_input_spec
     from onnxlite.runtime import SessionSettings
@@ -157,8 +156,8 @@ def main() -> None:
         from onnxlite.evaluation.per_node import per_node_compare
 
         log("compare --per-node on the static row (held-out views)")
-        found = per_node_compare(fp32, models["static"], str(parts["heldout"]), metrics=["top1_agreement", "cosine_mean"],
-                                 settings=settings, progress=log)
+        found = per_node_compare(fp32, models["static"], str(parts["heldout"]),
+                                 metrics=["top1_agreement", "cosine_mean"], settings=settings, progress=log)
         print("\n" + "\n".join(found.table_lines(limit=15)))
     if args.json:
         Path(args.json).write_text(json.dumps({"isa": isa(), "views": views, "rows": rows}, indent=2, default=str))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-
 from recovery_models import conv_chain
 
 ort = pytest.importorskip("onnxruntime")
@@ -66,7 +65,6 @@ def test_cle_through_relu6_replaces_it_or_skips(tmp_path):
 
 def test_fold_batchnorm_keeps_outputs(tmp_path):
     from onnx import helper, numpy_helper
-
     from onnxlite_plugins.quantizers.equalize import fold_batchnorm
 
     rng = np.random.default_rng(0)

@@ -157,7 +157,8 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
              strategy: str = "dynamic", calibration: Any = None,
              calibration_options: Mapping[str, Any] | None = None, *,
              check: bool = True, on_warning: Callable[[str], None] | None = None, force: bool = False,
-             check_data: Any = None, target_runtime: str | None = None, **options: Any) -> QuantizeResult:
+             check_data: Any = None, target_runtime: str | None = None, source_model: Any = None,
+             **options: Any) -> QuantizeResult:
     """Quantize ``model`` with ``strategy`` and write ``output`` (default ``<stem>.<strategy>.onnx``).
 
     ``options`` are the strategy's own options, as Python values or strings
@@ -169,11 +170,13 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
     or differently shaped results; the cosine it saw goes in ``details["check"]``.
     An existing ``output`` is replaced only with ``force=True``.  The check runs on the first samples of
     ``check_data`` (a data path or Dataset), else of the calibration data, else on generated samples.
+    ``source_model``: the loaded source-framework model ``model`` was exported from (a ``torch.nn.Module``),
+    handed to the strategy as ``QuantizeContext.source_model`` (``qat`` trains it).
     """
     # target_runtime ("onnxruntime==1.24") keeps the output loadable by that release (docs/providers.md).
     return run_quantize(model, output, strategy, options, calibration, calibration_options,
                         check=check, on_warning=on_warning, force=force, check_data=check_data,
-                        target_runtime=target_runtime)
+                        target_runtime=target_runtime, source_model=source_model)
 
 
 def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, values: Mapping[str, Any],
@@ -263,7 +266,8 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
                  options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
                  calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
                  on_warning: Callable[[str], None] | None = None, option_flag: str = "--option",
-                 force: bool = False, check_data: Any = None, target_runtime: str | None = None) -> QuantizeResult:
+                 force: bool = False, check_data: Any = None, target_runtime: str | None = None,
+                 source_model: Any = None) -> QuantizeResult:
     """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
     from ..atomic import check_writable, scratch_dir
     from ..modelio import (check_exists, check_model, external_data_files, load_model, model_size, private_copy,
@@ -314,7 +318,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         # gets a private copy in the scratch folder, so nothing ever lands beside the user's input.
         given = private_copy(source, work / "input")
         normalized, values = _normalize_copy(given, spec, values, warn)
-        context = QuantizeContext(calibration=feeds, workdir=work, warn=warn)
+        context = QuantizeContext(calibration=feeds, workdir=work, warn=warn, source_model=source_model)
         started = time.perf_counter()
         try:
             outcome = quantizer.quantize(given, produced, values, context)

@@ -248,7 +248,6 @@ def equalize(model: Any, clip6: str = "bounded", iterations: int = 2,
 
 
 def _spread(ranges: Any) -> float:
-    import numpy as np
 
     live = ranges[ranges > EPS]
     return float(live.max() / live.min()) if live.size else 1.0

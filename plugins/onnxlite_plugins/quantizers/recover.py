@@ -94,8 +94,7 @@ def recover_weights(proto: Any, convs: list[Any], feeds: list[dict[str, Any]], a
     from onnx import numpy_helper
 
     from .equalize import ensure_bias
-    from .rounding import (LayerRounding, bias_shift, conv_args, conv_inputs, layer_error, nearest,
-                           weight_scale)
+    from .rounding import LayerRounding, bias_shift, conv_args, conv_inputs, layer_error, nearest, weight_scale
     from .rounding import adaround as learn
 
     inits = {i.name: i for i in proto.graph.initializer}
@@ -128,7 +127,6 @@ class RecoverQuantizer:
     def quantize(self, model: Path, output: Path, options: Mapping[str, Any],
                  context: QuantizeContext) -> QuantizeOutcome:
         import onnx
-
         from onnxlite.atomic import scratch_dir
         from onnxlite.registry import get_registry
         from onnxlite.specs import parse_spec_options
@@ -179,8 +177,8 @@ class RecoverQuantizer:
             recovered = work / "recover.float.onnx"
             onnx.save(proto, str(recovered))
             static = get_registry().get("quantizer", "static")
-            forwarded = {k: opts[k] for k in STATIC_OPTIONS} | {"per_channel": True, "weight_type": "int8",
-                                                                 "reduce_range": False}
+            forwarded = {k: opts[k] for k in STATIC_OPTIONS}
+            forwarded |= {"per_channel": True, "weight_type": "int8", "reduce_range": False}
             outcome = static.create().quantize(recovered, output, parse_spec_options(static.spec, forwarded), context)
         outcome = outcome or QuantizeOutcome()
         outcome.details = {**outcome.details, "recovery": details}
