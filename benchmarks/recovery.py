@@ -14,7 +14,9 @@ trained or selected on.  Rows:
 * **static Percentile**: the same with ``method=Percentile`` (lighten's second point);
 * **+ CLE**: ``--strategy recover`` with ``bias_correction=false`` (Relu6 between pairs becomes Relu);
 * **+ CLE + bias corr.**: ``recover`` defaults;
-* **+ bias corr.** alone and **+ AdaRound** alone (``cle=false``), and **+ CLE + BC + AdaRound**.
+* **+ bias corr.** alone and **+ AdaRound** alone (``cle=false``), and **+ CLE + BC + AdaRound**;
+* **+ QAT**: ``--strategy qat`` on the PyTorch source (``--qat-steps``, batch 8, 8 of the 32 calibration
+  views held out for its early stop).
 
 Sizes and agreement do not depend on the machine's load; the speed ratios are measured interleaved
 (``onnxlite.bench``) in the same run and are only indicative on a shared machine.  The CPU's
@@ -68,7 +70,17 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "+ AdaRound": ("recover", {"cle": False, "bias_correction": False, "adaround": True}),
     "+ AdaRound + BC": ("recover", {"cle": False, "bias_correction": True, "adaround": True}),
     "+ CLE + BC + AdaRound": ("recover", {"cle": True, "bias_correction": True, "adaround": True}),
+    "+ QAT": ("qat", {}),
 }
+
+
+def lite0_module(net: Any) -> Any:
+    """The PyTorch source itself (``qat`` trains it): the example's module with the state dict loaded."""
+    import torch
+
+    module = net.Lite0()
+    module.load_state_dict(torch.load(net.weights_path(), map_location="cpu", weights_only=True))
+    return module.eval()
 
 
 def main() -> None:
@@ -77,6 +89,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--steps", type=int, default=200, help="AdaRound steps per conv")
+    parser.add_argument("--qat-steps", type=int, default=60, help="most QAT steps (batch 8)")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names to run")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None)
@@ -110,8 +123,10 @@ def main() -> None:
         strategy, options = ROWS[name]
         if options.get("adaround"):
             options = options | {"adaround_steps": args.steps}
+        if strategy == "qat":
+            options = options | {"steps": args.qat_steps, "source_model": lite0_module(net)}
         target = work / f"{name.replace(' ', '_').replace('+', 'p').replace('.', '')}.onnx"
-        log(f"quantizing {name}: {strategy} {options}")
+        log(f"quantizing {name}: {strategy} {({k: v for k, v in options.items() if k != 'source_model'})}")
         started = time.perf_counter()
         onnxlite.quantize(fp32, target, strategy=strategy, calibration=str(parts["calibration"]), force=True,
                           **options)

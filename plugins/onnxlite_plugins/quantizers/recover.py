@@ -170,8 +170,9 @@ class RecoverQuantizer:
                 if opts["adaround"]:
                     gain = [r.nearest_error / r.chosen_error for r in rounding if r.chosen_error > 0]
                     details["adaround"] = [r.__dict__ for r in rounding]
+                    mean_gain = sum(gain) / len(gain) if gain else 1.0
                     notes.append(f"AdaRound on {len(rounding)} conv(s), {len(feeds)} samples: layer output error "
-                                 f"{(sum(gain) / len(gain) if gain else 1):.2f}x lower than round-to-nearest on average")
+                                 f"{mean_gain:.2f}x lower than round-to-nearest on average")
                 if opts["bias_correction"]:
                     notes.append(f"bias correction of {len(convs)} conv(s) on {len(feeds)} samples")
             recovered = work / "recover.float.onnx"
