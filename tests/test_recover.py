@@ -63,6 +63,27 @@ def test_cle_through_relu6_replaces_it_or_skips(tmp_path):
     assert "Clip" not in {n.op_type for n in replaced.graph.node}
 
 
+def test_bounded_cle_through_relu6_keeps_the_calibration_outputs(tmp_path):
+    """clip6=bounded scales a Relu6 pair's channels only as far as the calibration data stays under the bound,
+    so the float model's outputs on that data do not change, and the spread still narrows."""
+    from onnxlite_plugins.quantizers.equalize import clip_inputs, equalize
+    from onnxlite_plugins.quantizers.rounding import collect
+
+    rng = np.random.default_rng(0)
+    w1 = rng.normal(size=(8, 3, 3, 3)) * np.logspace(-2, 0, 8).reshape(-1, 1, 1, 1) * 0.3
+    path = conv_chain(tmp_path / "relu6.onnx", [(w1, np.zeros(8), "Relu6", 1),
+                                                (rng.normal(size=(8, 8, 3, 3)), np.zeros(8), None, 1)])
+    model = onnx.load(str(path))
+    x = rng.normal(size=(16, 3, 8, 8)).astype(np.float32)
+    before = _run(model, x)
+    found = collect(model, clip_inputs(model), [{"x": x[i:i + 1]} for i in range(16)])
+    maxima = {k: v.max(axis=(0, 2, 3)) for k, v in found.items()}
+    pairs = equalize(model, maxima=maxima)
+    assert [p.through for p in pairs] == ["Clip"] and "Clip" in {n.op_type for n in model.graph.node}
+    np.testing.assert_allclose(_run(model, x), before, atol=1e-5, rtol=1e-5)
+    assert pairs[0].spread_after < pairs[0].spread_before
+
+
 def test_fold_batchnorm_keeps_outputs(tmp_path):
     from onnx import helper, numpy_helper
     from onnxlite_plugins.quantizers.equalize import fold_batchnorm
