@@ -51,7 +51,6 @@ def build_model(path: Path, weight_bytes: int, hidden: int = 4096, outputs: int 
     vanish nor blow up through the stack).  Returns the bytes of weights written.
     """
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper
 
     layer_bytes = hidden * hidden * 4

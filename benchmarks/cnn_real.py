@@ -353,7 +353,20 @@ def main() -> None:
     if args.weight_error:
         weight_error(args)
         return
+    side_by_side(args, net)
 
+
+def log_event(kind: str, info: Any) -> None:
+    """lighten's stages, notes and finished candidates, on stderr."""
+    if kind in {"stage", "candidate_done", "note"}:
+        extra = ""
+        if kind == "candidate_done":
+            extra = f" {info.get('name')}: {info.get('status')} {info.get('reason') or ''}"
+        log(f"lighten {kind}: {info.get('message', '')}{extra}")
+
+
+def side_by_side(args: argparse.Namespace, net: Any) -> None:
+    """lighten, plain int8 and plain static side by side, scored against the source on views none of them saw."""
     import numpy as np
 
     import onnxlite
@@ -370,16 +383,11 @@ def main() -> None:
     settings = SessionSettings(threads=args.threads)
     log(f"{net.NAME}, {net.IMAGES} images: {', '.join(f'{k} {v.name}' for k, v in parts.items())}")
 
-    def on_event(kind: str, info: Any) -> None:
-        if kind in {"stage", "candidate_done", "note"}:
-            extra = f" {info.get('name')}: {info.get('status')} {info.get('reason') or ''}" if kind == "candidate_done" else ""
-            log(f"lighten {kind}: {info.get('message', '')}{extra}")
-
     started = time.perf_counter()
     result = onnxlite.lighten(weights, work / "lightened", model_class=model_class, inputs=inputs,
                               calibration=str(parts["calibration"]), data=str(parts["heldout"]),
                               metric="top1_agreement", max_drop=args.max_drop, settings=settings,
-                              batch=args.batch, force=True, on_event=on_event)
+                              batch=args.batch, force=True, on_event=log_event)
     lighten_seconds = time.perf_counter() - started
     fp32 = work / "fp32.onnx"
     onnxlite.export(weights, fp32, model_class=model_class, inputs=inputs)
@@ -439,7 +447,8 @@ def main() -> None:
     import onnxruntime
 
     print(f"\n## {net.NAME}: batch {args.batch}, {args.threads} threads, {views} evaluation views of "
-          f"{net.IMAGES // 3} images nothing calibrated or selected on; scores vs the source's fp32, ratios vs fp32 ONNX")
+          f"{net.IMAGES // 3} images nothing calibrated or selected on; scores vs the source's fp32, ratios vs fp32 "
+          f"ONNX")
     print(f"onnxruntime {onnxruntime.__version__}, {platform.processor() or platform.machine()}, "
           f"load average {load_average()}")
     print(f"{'model':13}{'top-1 agree':>12}{'95% low':>9}{'flips':>7}{'cosine':>9}{'max |d|':>9}{'size MB':>9}"
@@ -447,7 +456,8 @@ def main() -> None:
     for name, row in rows.items():
         met = ", ".join(f"{k}: {'MET' if v else 'missed'}" for k, v in row["targets"].items())
         print(f"{name:13}{row['agreement']:12.4f}{row['agreement_low']:9.3f}{row['flips']:7d}"
-              f"{row['logit_cosine']:9.5f}{row['max_abs_diff']:9.4f}{row['size_bytes'] / 1e6:9.2f}{row['size_ratio']:11.3f}"
+              f"{row['logit_cosine']:9.5f}{row['max_abs_diff']:9.4f}"
+              f"{row['size_bytes'] / 1e6:9.2f}{row['size_ratio']:11.3f}"
               f"{row['latency_ms']['p50']:9.1f}{row['speedup']:9.2f}  {met if name != 'fp32 ONNX' else '(baseline)'}")
     if second:
         print(f"\nsecond domain, {net.SECOND_DOMAIN}: {views_of(second)} views, scored the same way")
@@ -458,9 +468,11 @@ def main() -> None:
     for row in result.candidates:
         print(f"  {row.name[:60]:60} {row.status:9} {row.reason[:100]}")
     if result.partial:
-        print(f"  partial: {json.dumps({k: v for k, v in result.partial.items() if k != 'ranking'}, default=str)[:600]}")
+        shown = {k: v for k, v in result.partial.items() if k != 'ranking'}
+        print(f"  partial: {json.dumps(shown, default=str)[:600]}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "rows": rows, "lighten": result.to_dict(), "views": views,
+        Path(args.json).write_text(json.dumps({"model": args.model, "rows": rows, "lighten": result.to_dict(),
+                                               "views": views,
                                                "load_average": load_average()}, indent=2, default=str))
 
 

@@ -375,7 +375,8 @@ def finish(title: str, rows: dict[str, dict[str, Any]], notes: dict[str, str], t
             checks["%.1fx faster" % wanted] = speedup >= wanted
         row["targets"] = checks
 
-    print(f"\n## {title}: batch {args.batch}, {args.threads} thread{'s' if args.threads != 1 else ''}, held-out {extra['held_out']}"
+    print(f"\n## {title}: batch {args.batch}, {args.threads} thread{'s' if args.threads != 1 else ''}, held-out "
+          f"{extra['held_out']}"
           + (f", seq {extra['seq_len']}" if "seq_len" in extra else "")
           + "; accuracy vs PyTorch fp32, ratios vs fp32 ONNX")
     if "pytorch_accuracy" in extra:
@@ -445,7 +446,8 @@ def main() -> None:
         # int8 convolutions on one thread whatever --threads says: show the digits CNN at 1 thread too.
         for threads in args.digits_threads or sorted({args.threads, 1}, reverse=True):
             run_args = argparse.Namespace(**{**vars(args), "threads": threads})
-            results.append(bench_digits(run_args, work / ("digits" if threads == args.threads else f"digits-{threads}t")))
+            results.append(bench_digits(run_args,
+                                        work / ("digits" if threads == args.threads else f"digits-{threads}t")))
     info["load_average_end"] = load_average()
     print(f"\nload average at end: {info['load_average_end']}")
     if args.json:

@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,16 @@ SPLIT = 0.4
 TARGET = {"mean": 0.995, "min": 0.99, "smaller": 3.5, "speedup": 2.0}
 
 sys.path.insert(0, str(HERE))
-from lighten_vs_baseline import (by_keyword, cosines, load_average, log, mean_pool, measure,  # noqa: E402
-                                 minilm_folder, onnx_embeddings)
+from lighten_vs_baseline import (  # noqa: E402
+    by_keyword,
+    cosines,
+    load_average,
+    log,
+    mean_pool,
+    measure,
+    minilm_folder,
+    onnx_embeddings,
+)
 
 # name -> (strategy, options, needs calibration)
 CANDIDATES: dict[str, tuple[str, dict[str, Any], bool]] = {
@@ -186,7 +193,8 @@ def main() -> None:
         verdict = ("(baseline)" if name == "fp32 ONNX" else
                    "MET" if all(met.values()) else "missed " + ",".join(k for k, v in met.items() if not v))
         print(f"{name:20}{row['cosine_mean']:8.4f}{row['cosine_min']:8.4f}{row['size_bytes'] / 1e6:7.1f}"
-              f"{row['smaller']:8.2f}{(row.get('latency_ms') or {}).get('p50', float('nan')):8.1f}{row['speedup'] or float('nan'):8.2f}  {verdict}")
+              f"{row['smaller']:8.2f}{(row.get('latency_ms') or {}).get('p50', float('nan')):8.1f}"
+              f"{row['speedup'] or float('nan'):8.2f}  {verdict}")
     for name, note in notes.items():
         print(f"  {name}: {note}")
     print(f"target: mean >= {TARGET['mean']}, min >= {TARGET['min']}, >= {TARGET['smaller']}x smaller, "

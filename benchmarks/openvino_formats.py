@@ -270,7 +270,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {row['format']} | {row['size_bytes'] / 1e6:.1f} | {_fmt(cpu)} | "
             f"{_fmt(cpu0 / cpu if cpu and cpu0 else None, '{:.2f}x')} | {ov_cell} | "
-            f"{_fmt(ov0 / ov if ov and ov0 else None, '{:.2f}x')} | {_fmt(ov / cpu if ov and cpu else None, '{:.2f}')} | "
+            f"{_fmt(ov0 / ov if ov and ov0 else None, '{:.2f}x')} | "
+            f"{_fmt(ov / cpu if ov and cpu else None, '{:.2f}')} | "
             f"{fallback} | {acc} |")
     return "\n".join(lines)
 
@@ -301,7 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         work = args.workdir / name
         work.mkdir(parents=True, exist_ok=True)
         results.append((run_minilm if name == "minilm" else run_cnn)(args, work))
-    header = (f"onnxruntime {ort.__version__} ({', '.join(ort.get_available_providers())}), {platform.processor() or platform.machine()}, "
+    header = (f"onnxruntime {ort.__version__} ({', '.join(ort.get_available_providers())}), "
+              f"{platform.processor() or platform.machine()}, "
               f"{os.cpu_count()} CPUs, --threads {args.threads}, {args.runs} runs x {args.rounds} rounds, "
               f"load average at the end {load_average()}, {time.time() - started:.0f} s")
     print(header + "\n")

@@ -35,8 +35,9 @@ sys.path.insert(0, str(ROOT / "examples" / "minilm"))
 
 
 def lighten_once(executor, out: Path, strategies: list[str] | None) -> dict:
-    import onnxlite
     from lighten_minilm import HERE, model_folder
+
+    import onnxlite
     from onnxlite.runtime import SessionSettings
 
     marks: dict[str, float] = {}

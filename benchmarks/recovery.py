@@ -102,6 +102,7 @@ def main() -> None:
         raise SystemExit(f"missing {', '.join(missing)}: pip install 'onnxlite[cnn]'")
 
     import numpy as np
+
     import onnxlite
     from onnxlite.inputs import parse_input_spec
     from onnxlite.runtime import SessionSettings

@@ -105,8 +105,8 @@ def main() -> None:
         path = manifest(folder, args.models, args.hidden)
         # Untimed warm-up (imports, page cache), so the first contender does not pay for everyone.
         import onnxlite
-        from onnxlite.sweep import read_manifest
-        from onnxlite.sweep.manifest import Manifest
+        from onnxlite.sweeps import read_manifest
+        from onnxlite.sweeps.manifest import Manifest
 
         plan = read_manifest(path)
         onnxlite.sweep(Manifest(plan.path, plan.models[:1]), Path(tmp) / "warm-up")

@@ -1,4 +1,8 @@
-"""Tiny PyTorch models the export tests name as Python references (``export_models.py:cnn``)."""
+"""Tiny PyTorch models the export tests name as Python references (``export_models.py:cnn``).
+
+A helper module, not a test module (no ``test_`` prefix, no tests): export runs it as a source file
+in its own right, so it holds only the models; builders shared by test modules live in helpers.py.
+"""
 
 from __future__ import annotations
 

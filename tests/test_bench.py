@@ -20,6 +20,7 @@ import onnxlite
 from onnxlite.errors import UsageError
 
 from conftest import run_cli, save_graph
+from helpers import streaming_model
 
 
 def _mlp(path: Path, width: int, layers: int, seed: int = 0) -> Path:
@@ -28,7 +29,8 @@ def _mlp(path: Path, width: int, layers: int, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     nodes, inits, prev = [], [], "x"
     for i in range(layers):
-        inits += [numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), f"w{i}"),
+        inits += [numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
+                                          f"w{i}"),
                   numpy_helper.from_array(rng.standard_normal(width).astype(np.float32) * 0.1, f"b{i}")]
         nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
                   helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
@@ -185,7 +187,8 @@ def progress(fraction, text):
 def _child(proc):
     try:
         stat = (proc / "stat").read_text()
-        return int(stat.rsplit(") ", 1)[1].split()[1]) == os.getpid() and b"onnxlite.benchmark.worker" in (proc / "cmdline").read_bytes()
+        parent = int(stat.rsplit(") ", 1)[1].split()[1])
+        return parent == os.getpid() and b"onnxlite.benchmark.worker" in (proc / "cmdline").read_bytes()
     except OSError:
         return False
 
@@ -313,43 +316,13 @@ def test_explicit_feeds_set_the_batch(models):
     assert result.rows[0].throughput == pytest.approx(5 / (result.rows[0].latency_ms["mean"] / 1e3))
 
 
-def _streaming(path: Path) -> Path:
-    """A streaming model's inputs: x[batch, 16], a state [2, batch, 8] batched on axis 1, a scalar sr.
-
-    The state's update adds a projection of x, so the two must hold the same samples: a batch cut on
-    axis 0 of the state (its 2) fails in onnxruntime instead of passing unnoticed.
-    """
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w"),
-             numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w2"),
-             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
-             numpy_helper.from_array(np.zeros((), np.float32), "zero")]
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
-             helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["srf", "zero"], ["z"]),
-             helper.make_node("Add", ["m", "z"], ["y"]),
-             helper.make_node("MatMul", ["x", "w2"], ["p"]),
-             helper.make_node("Unsqueeze", ["p", "axis0"], ["p1"]),
-             helper.make_node("Add", ["state", "p1"], ["state_out"])]
-    graph = helper.make_graph(nodes, "stream",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
-                               helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 8]),
-                               helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
-                               helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, "batch", 8])],
-                              inits)
-    return save_graph(graph, path)
-
-
 def test_the_batch_is_read_on_each_inputs_own_sample_axis(tmp_path):
     """A state [2, batch, 8] batches on axis 1 and a scalar sample rate on none (issue 12, cause 4):
     bench read axis 0 of every input, so --data crashed on the scalar (IndexError) and given feeds
     fell back to a batch of 1, dividing the throughput by their real batch."""
     import onnxlite
 
-    model = _streaming(tmp_path / "stream.onnx")
+    model = streaming_model(tmp_path / "stream.onnx")
     rng = np.random.default_rng(1)
     data = tmp_path / "stream.npz"
     np.savez(data, x=rng.standard_normal((12, 16)).astype(np.float32),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import make_plugin_dist, save_graph
 from onnxlite.search.candidates import build_candidates
+
+from conftest import make_plugin_dist, save_graph
 
 
 def linear_model(path, op: str):

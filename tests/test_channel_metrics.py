@@ -12,8 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from onnxlite.evaluation.metrics import (KIND_BUDGETS, choose_primary, output_kind, parse_budgets,
-                                         resolve_metrics)
+from onnxlite.evaluation.metrics import KIND_BUDGETS, choose_primary, output_kind, parse_budgets, resolve_metrics
 from onnxlite.protocols import MetricContext
 
 

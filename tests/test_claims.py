@@ -143,7 +143,8 @@ LIAR = '''
         def quantize(self, model, output, options, context):
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            quantize_dynamic(str(model), str(output), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
+            quantize_dynamic(str(model), str(output), weight_type=QuantType.QInt8,
+                             op_types_to_quantize=["MatMul", "Gemm"])
             return QuantizeOutcome(excluded_nodes=["head"], notes=["kept the head in float"])
 
     @hookimpl

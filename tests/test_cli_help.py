@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import run_cli
-from test_example_plugin import write_gemm_head
+from helpers import write_gemm_head
 
 COMMANDS = ("export", "quantize", "compare", "bench", "lighten", "plugins")
 

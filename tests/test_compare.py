@@ -33,7 +33,8 @@ def _mlp_onnx(path: Path, weights: list[np.ndarray], biases: list[np.ndarray]) -
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory) -> dict[str, Path]:
-    """An sklearn-trained digits MLP as ONNX, its dynamic int8 version, a damaged copy, and held-out data with labels."""
+    """An sklearn-trained digits MLP as ONNX, its dynamic int8 version, a damaged copy, and held-out data with
+    labels."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from sklearn.datasets import load_digits
     from sklearn.neural_network import MLPClassifier
@@ -160,8 +161,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(digits, tmp_path):
 # -- confidence: the interval of every drop, and budgets at its one-sided bound (issue 11) ----------------------
 
 def test_accuracy_interval_matches_exact_binomial_bounds_on_the_lost_samples(digits):
-    import onnxlite
     from scipy.stats import binomtest
+
+    import onnxlite
 
     result = onnxlite.compare(digits["fp32"], [digits["damaged"]], data=digits["data"], confidence=0.9)
     damaged = result.candidates[0]
@@ -284,7 +286,8 @@ def test_token_embeddings_use_pooled_cosine_over_real_tokens(tiny_bert):
     assert (mask == 0).any() and (mask.sum(axis=1) > 0).all()
     outputs = judge.run_candidate(tiny_bert["fp32"])
     scrambled = dict(outputs)
-    scrambled["last_hidden_state"] = np.where(mask[..., None] == 0, 123.0, outputs["last_hidden_state"]).astype(np.float32)
+    scrambled["last_hidden_state"] = np.where(mask[..., None] == 0, 123.0,
+                                              outputs["last_hidden_state"]).astype(np.float32)
     scores = judge.score_outputs(scrambled)
     assert scores["last_hidden_state.pooled_cosine_min"] == pytest.approx(1.0, abs=1e-6)
     # ... while changing a real token does count.

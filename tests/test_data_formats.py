@@ -204,7 +204,8 @@ def test_bad_paths_and_options(tmp_path, digits):
     from onnxlite.data import parse_data_options
 
     assert parse_data_options({"max-length": "4"})["max_length"] == 4
-    with pytest.raises(UsageError, match=r"data option max-lenght: data has no such option \(valid: .*\); did you mean max_length"):
+    with pytest.raises(UsageError,
+                       match=r"data option max-lenght: data has no such option \(valid: .*\); did you mean max_length"):
         parse_data_options({"max-lenght": "4"})
     with pytest.raises(UsageError, match="one input; this model has 3"):
         (tmp_path / "imgs").mkdir()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_cli, save_graph
+from helpers import really_quantized, write_gemm_head
 
 EXAMPLE = ROOT / "examples" / "onnxlite-guard-quantizer"
 
@@ -47,52 +48,9 @@ def mlp(tmp_path_factory) -> Path:
     return path
 
 
-def write_gemm_head(path: Path) -> Path:
-    """Two MatMuls and a Gemm head named as torch.onnx names an nn.Linear (``/model/head/Gemm``, transB=1)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(2)
-    arrays = {"W1": (32, 128), "W2": (128, 128), "head.weight": (10, 128), "head.bias": (10,)}
-    inits = [numpy_helper.from_array((rng.standard_normal(s) / np.sqrt(s[-1])).astype(np.float32), n)
-             for n, s in arrays.items()]
-    nodes = [
-        helper.make_node("MatMul", ["x", "W1"], ["h1"], name="/model/fc1/MatMul"),
-        helper.make_node("Relu", ["h1"], ["r1"], name="/model/relu1/Relu"),
-        helper.make_node("MatMul", ["r1", "W2"], ["h2"], name="/model/fc2/MatMul"),
-        helper.make_node("Relu", ["h2"], ["r2"], name="/model/relu2/Relu"),
-        helper.make_node("Gemm", ["r2", "head.weight", "head.bias"], ["logits"], name="/model/head/Gemm",
-                         transB=1),
-    ]
-    graph = helper.make_graph(nodes, "gemm_head",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
-    save_graph(graph, path, ir_version=9)
-    return path
-
-
 @pytest.fixture(scope="module")
 def gemm_head(tmp_path_factory) -> Path:
     return write_gemm_head(tmp_path_factory.mktemp("gemm") / "gemm_head.onnx")
-
-
-def really_quantized(original: Path, output: Path) -> tuple[list[str], list[str]]:
-    """(float, quantized): the source's MatMul/Gemm nodes as the written model holds them.
-
-    Read from the output graph, not from what the plugin says: onnxruntime's dynamic int8 replaces a
-    quantized node N by an integer node "N_quant" (a Gemm is first split into "N_MatMul" + "N_Add",
-    so "N_MatMul_quant"); a node kept in float is still a MatMul/Gemm called N (or "N_MatMul").
-    """
-    import onnx
-
-    weighted = [n.name for n in onnx.load(str(original)).graph.node if n.op_type in ("MatMul", "Gemm")]
-    ops = {n.name: n.op_type for n in onnx.load(str(output)).graph.node}
-    integer = {"MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul"}
-    kept = [w for w in weighted if ops.get(w) in ("MatMul", "Gemm") or ops.get(f"{w}_MatMul") == "MatMul"]
-    quantized = [w for w in weighted if ops.get(f"{w}_quant") in integer or ops.get(f"{w}_MatMul_quant") in integer]
-    assert sorted(kept + quantized) == sorted(weighted), (weighted, ops)  # every layer is one or the other
-    # The same count without names: one integer matmul per quantized layer.
-    assert sum(op in integer for op in ops.values()) == len(quantized)
-    return kept, quantized
 
 
 def _run(path: Path, x: np.ndarray) -> np.ndarray:
@@ -141,7 +99,9 @@ def test_example_plugin_options_are_validated(site, mlp, tmp_path):
     assert not (tmp_path / "x.onnx").exists()
 
 
-@pytest.mark.parametrize("options", [(), ("--option", "keep_first=false"), ("--option", "keep_first=false", "--option", "exclude=/model/fc2/*")])
+@pytest.mark.parametrize("options",
+                         [(), ("--option", "keep_first=false"),
+                          ("--option", "keep_first=false", "--option", "exclude=/model/fc2/*")])
 def test_example_plugin_reports_the_nodes_really_kept_in_float(site, gemm_head, tmp_path, options):
     """The Gemm head is excluded for real (onnxruntime 1.32 would quantize it), and the report says so."""
     out = tmp_path / "guarded.onnx"

@@ -86,4 +86,5 @@ def test_samples_and_tolerance_flags(tmp_path):
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout)
     assert payload["opset"] == 17 and payload["verification"]["atol"] == 1e-6
-    assert {r["feed_set"] for r in payload["verification"]["rows"]} == {"batch=3 shape=[3, 10]", "batch=1 shape=[1, 10]"}
+    feed_sets = {r["feed_set"] for r in payload["verification"]["rows"]}
+    assert feed_sets == {"batch=3 shape=[3, 10]", "batch=1 shape=[1, 10]"}

@@ -20,7 +20,6 @@ def digest(path: Path) -> str:
 
 def linear_model(rows: int = 16, cols: int = 8):
     """y = x @ W + b with a dynamic batch, and argmax ids as a second output."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -110,8 +109,8 @@ def test_detect_framework(onnx_file, tmp_path):
 
 
 def test_load_source_python_ref_runs_and_asks_for_inputs():
-    from onnxlite.inputs import parse_input_spec
     from onnxlite.conversion.sources import load_source
+    from onnxlite.inputs import parse_input_spec
 
     loaded = load_source(f"{MODELS}:argmax_net")
     assert loaded.framework == "pytorch"

@@ -15,7 +15,6 @@ pytest.importorskip("tf2onnx")
 
 from onnxlite.errors import OnnxliteError, UsageError  # noqa: E402
 from onnxlite.inputs import InputSpec, make_feeds  # noqa: E402
-
 from onnxlite_plugins.frameworks import tensorflow as tf_plugin  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
@@ -324,9 +323,10 @@ def test_keras_mlp_example_trains_and_exports(tmp_path):
     import onnxruntime as ort
 
     import onnxlite
-    from conftest import ROOT
-    from onnxlite.pyref import load_python_ref
     from onnxlite.conversion.sources import load_source
+    from onnxlite.pyref import load_python_ref
+
+    from conftest import ROOT
 
     out = load_python_ref(str(ROOT / "examples" / "keras_mlp" / "train.py") + ":main")(str(tmp_path))
     data = np.load(out / "digits_test.npz")

@@ -82,13 +82,13 @@ def test_tf_nn_gelu_exact_matches_tensorflow_elementwise(tmp_path):
     import onnxruntime as ort
     import tensorflow as tf
 
-    from onnxlite_plugins.frameworks.tensorflow import _convert
+    from onnxlite_plugins.frameworks.tensorflow import convert_function
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32, name="x")])
     def gelu(x):
         return {"y": tf.identity(tf.nn.gelu(x, approximate=False))}
 
-    model = _convert(gelu, 1, 17)
+    model = convert_function(gelu, 1, 17)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.linspace(-12.0, 12.0, 2 * 241, dtype=np.float32).reshape(2, 241)
     (got,) = session.run(None, {"x": x})

@@ -9,13 +9,14 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_lighten_evidence import _misleading_model
 
 import onnxlite
-from conftest import save_graph
 from onnxlite.search import partial
 from onnxlite.search.partial import fallback_bases, rank_nodes, relative_errors
 from onnxlite.search.results import CandidateRow
+
+from conftest import save_graph
+from helpers import misleading_model
 
 
 def _row(name, size, drop, select=None, status="rejected", over=True):
@@ -103,7 +104,7 @@ def test_the_sensitivity_sweep_is_bounded_by_the_models_cost(tmp_path, monkeypat
     """No time left for probes: the sweep measures the activation ranking's suspects only, and still finds F2."""
     monkeypatch.setattr(partial, "FALLBACK_SECONDS", 0.0)
     monkeypatch.setattr(partial, "SWEEP_MIN_NODES", 2)
-    model = _misleading_model(tmp_path / "misleading.onnx")
+    model = misleading_model(tmp_path / "misleading.onnx")
     notes = []
     result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["dynamic"], metric="cosine_mean",
                               max_drop="1%", runs=2, max_float_nodes=1,
@@ -123,7 +124,7 @@ def test_near_equal_bases_are_tried_in_turn_while_time_allows(tmp_path, monkeypa
     fallback's time is spent, when only the first is and the others are skipped with the reason."""
     monkeypatch.setattr(partial, "FALLBACK_SECONDS", seconds)
     monkeypatch.setattr(partial, "SWEEP_MIN_NODES", 1)
-    model = _misleading_model(tmp_path / "misleading.onnx")
+    model = misleading_model(tmp_path / "misleading.onnx")
     result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["dynamic"], metric="cosine_mean",
                               max_drop="10%", runs=2, max_float_nodes=1)
     done = result.partial

@@ -1,4 +1,5 @@
-"""The partial fallback's float prefix, and probes that never see the confirm part (docs/lighten.md, "The fallback rule")."""
+"""The partial fallback's float prefix, and probes that never see the confirm part (docs/lighten.md, "The fallback
+rule")."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-from test_lighten_evidence import _misleading_model
 
 import onnxlite
-from conftest import save_graph
 from onnxlite.executors.local import LocalExecutor
 from onnxlite.search.prefix import prefix_limit, prefixes
+
+from conftest import save_graph
+from helpers import fragile_model, misleading_model
 
 
 def fragile_input_end(path: Path, channels: int = 8, convs: int = 3, at: int = 1) -> Path:
@@ -170,7 +172,7 @@ def test_fallback_probes_never_see_the_confirm_part(tmp_path):
     """Prefix probes, the activation ranking's steps and the sweep's probes all get the select part's judge;
     the repair they choose is judged on every sample, and reported on the confirm part."""
     executor = _Recording()
-    model = _misleading_model(tmp_path / "misleading.onnx")
+    model = misleading_model(tmp_path / "misleading.onnx")
     result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["dynamic"], metric="cosine_mean",
                               max_drop="1%", runs=2, max_float_nodes=1, executor=executor)
     done = result.partial
@@ -191,7 +193,6 @@ def test_fallback_probes_never_see_the_confirm_part(tmp_path):
 def test_mixed_precision_probes_never_see_the_confirm_part(tmp_path):
     """The per-node sensitivity probes of the mixed-precision plan get the select part's judge too; only the
     plan's rows are judged on every sample (and reported on the confirm part)."""
-    from test_mixed import fragile_model
 
     executor = _Recording()
     model = fragile_model(tmp_path / "fragile.onnx")

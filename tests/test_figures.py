@@ -16,6 +16,8 @@ from onnxlite.report.model import ModelRow
 from onnxlite.search.results import CandidateRow, LightenResult, _row
 from onnxlite.search.tasks import TaskResult
 
+pytestmark = pytest.mark.unit
+
 ROW_TYPES = (CandidateResult, TaskResult, CandidateRow, BenchRow, ModelRow)
 
 

@@ -7,9 +7,11 @@ import re
 
 import pytest
 
+from onnxlite import hookspecs
+
 from conftest import ROOT
 
-from onnxlite import hookspecs
+pytestmark = pytest.mark.unit
 
 HOOKS = sorted(name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
                if hasattr(fn, "onnxlite_spec"))

@@ -29,6 +29,7 @@ def _context(ref):
                                         reference_outputs={"logits": ref})
 
 
+@pytest.mark.unit
 def test_agreement_drop_gets_the_exact_binomial_bound():
     ref, cand = _logits()
     metrics = resolve_metrics({"logits": ref}, {}, None, ["top1_agreement", "cosine_mean", "cosine_min"])
@@ -42,6 +43,7 @@ def test_agreement_drop_gets_the_exact_binomial_bound():
         (expected.estimate, expected.upper, expected.high))
 
 
+@pytest.mark.unit
 def test_cosine_drops_bootstrap_the_per_sample_cosines():
     ref, cand = _logits(noise=0.1)
     metrics = resolve_metrics({"logits": ref}, {}, None, ["cosine_mean", "cosine_min"])
@@ -57,6 +59,7 @@ def test_cosine_drops_bootstrap_the_per_sample_cosines():
     assert got["logits.cosine_min"].upper == pytest.approx(np.quantile(worst, 0.95))
 
 
+@pytest.mark.unit
 def test_accuracy_counts_only_samples_the_candidate_lost():
     ref, cand = _logits(noise=0.8, seed=2)
     labels = ref.argmax(1).copy()
@@ -71,6 +74,7 @@ def test_accuracy_counts_only_samples_the_candidate_lost():
     assert interval.upper == pytest.approx(stats.rate_interval(lost, 60).upper)
 
 
+@pytest.mark.unit
 def test_a_part_of_the_samples_is_scored_alone():
     ref, cand = _logits()
     metrics = resolve_metrics({"logits": ref}, {}, None, ["top1_agreement"])
@@ -81,6 +85,7 @@ def test_a_part_of_the_samples_is_scored_alone():
     assert interval.samples == 30 and interval.estimate == pytest.approx(flips / 30)
 
 
+@pytest.mark.unit
 def test_select_and_confirm_parts_are_disjoint_and_cover_everything():
     for n in (2, 3, 17, 100):
         parts = confidence.split_parts(n, seed=3)
@@ -92,6 +97,7 @@ def test_select_and_confirm_parts_are_disjoint_and_cover_everything():
         confidence.split_parts(1)
 
 
+@pytest.mark.unit
 def test_rate_metric_resolution_and_its_companion():
     ref, _ = _logits(n=24)
     metrics = resolve_metrics({"logits": ref}, {}, None, ["top1_agreement", "cosine_mean"])

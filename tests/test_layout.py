@@ -3,7 +3,6 @@ cycles, no click below the CLI, modules of a readable size, and each file read a
 
 from __future__ import annotations
 
-import ast
 import collections
 import os
 import subprocess
@@ -14,112 +13,77 @@ import numpy as np
 import pytest
 
 from conftest import MLP_SOURCE, ROOT, save_graph
+from helpers import load_script
 
 CORE = ROOT / "core" / "onnxlite"
+PLUGINS = ROOT / "plugins" / "onnxlite_plugins"
 PACKAGES = ("data", "conversion", "quantization", "evaluation", "benchmark", "search", "report")
-MAX_LINES = 420   # "about 400"
+#: the walk benchmarks/layout_counts.py prints for docs/architecture.md (one walk for the page and the tests)
+layout = load_script("benchmarks/layout_counts.py")
+MAX_LINES = layout.MAX_LINES   # "about 400"
 #: cycles known and owed a fix (each should be one definition moved; remove the entry with the fix)
 KNOWN_CYCLES: list[list[str]] = []
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(CORE.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return layout.module_name(path)
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(CORE.rglob("*.py"))}
+    return layout.modules()
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """Modules of onnxlite that ``name`` imports, at module level or inside functions (not under TYPE_CHECKING)."""
-    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
-            if isinstance(child, ast.ImportFrom):
-                base = package[:len(package) - child.level + 1] if child.level else []
-                target = ".".join(base + ([child.module] if child.module else []))
-                for alias in child.names:
-                    full = f"{target}.{alias.name}"
-                    found.add(full if full in modules else target)
-            elif isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names)
-            visit(child)
-
-    visit(ast.parse(path.read_text()))
-    return {m for m in found if m in modules and m != name}
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def strong(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for other in graph[node]:
-            if other not in index:
-                strong(other)
-                low[node] = min(low[node], low[other])
-            elif other in on_stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                other = stack.pop()
-                on_stack.discard(other)
-                component.append(other)
-                if other == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in graph:
-        if node not in index:
-            strong(node)
-    return found
-
-
-def _map_entries() -> set[str]:
-    """Module paths (relative to core/onnxlite) on the map in docs/architecture.md."""
+def _map_entries() -> tuple[set[str], set[str]]:
+    """Module paths on the map in docs/architecture.md: (under core/onnxlite, under plugins/onnxlite_plugins)."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     block = text.split("```", 2)[1]
-    entries: set[str] = set()
+    core: set[str] = set()
+    plugins: set[str] = set()
+    entries = core
     for line in block.splitlines():
         tokens = line.split()
         if not tokens or tokens[0] == "core/onnxlite/":
             continue
         if tokens[0].startswith("plugins/"):
-            break
+            entries = plugins
+            continue
         package = tokens[0] if tokens[0].endswith("/") else ""
-        entries.update(package + token for token in tokens if token.endswith(".py"))
-    return entries
+        entries.update(package + token.rstrip(",") for token in tokens if token.rstrip(",").endswith(".py"))
+    return core, plugins
 
 
+@pytest.mark.unit
 def test_every_module_is_on_the_architecture_map():
-    on_map = _map_entries()
+    core, plugins = _map_entries()
     modules = {str(p.relative_to(CORE)) for p in CORE.rglob("*.py") if p.name != "__init__.py" or p.parent == CORE}
-    assert modules - on_map == set(), "add these to the map in docs/architecture.md"
+    assert modules - core == set(), "add these to the map in docs/architecture.md"
+    plugin_modules = {str(p.relative_to(PLUGINS)) for p in PLUGINS.rglob("*.py") if p.name != "__init__.py"}
+    assert plugin_modules - plugins == set(), "add these to the plugins/ part of the map in docs/architecture.md"
+    assert (core - modules) | (plugins - plugin_modules) == set(), "the map names modules that do not exist"
 
 
+@pytest.mark.unit
 def test_no_import_cycles_and_the_core_never_imports_the_cli():
-    modules = _modules()
-    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert [c for c in _cycles(graph) if c not in KNOWN_CYCLES] == []
+    graph = layout.import_graph()
+    assert [c for c in layout.cycles(graph) if c not in KNOWN_CYCLES] == []
     below_cli = {name: sorted(d for d in deps if d.startswith("onnxlite.cli"))
                  for name, deps in graph.items() if not name.startswith("onnxlite.cli") and name != "onnxlite.__main__"}
     assert {name: deps for name, deps in below_cli.items() if deps} == {}
 
 
+@pytest.mark.unit
+def test_no_import_cycles_even_counting_type_checking_imports():
+    # a cycle through an `if TYPE_CHECKING:` import is still two modules that need each other to be read
+    assert layout.cycles(layout.import_graph(type_only=True)) == []
+
+
+@pytest.mark.unit
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert layout.cycles(graph) == [["a", "b", "c"]]
+
+
+@pytest.mark.unit
 def test_modules_stay_readable():
     sizes = {_module_name(p): len(p.read_text().splitlines()) for p in CORE.rglob("*.py")}
     assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}

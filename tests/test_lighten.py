@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import onnxlite
+
 from conftest import ROOT, make_plugin_dist, run_cli
 
 MLP_INPUT = "x:float32[batch,64]"

@@ -4,7 +4,7 @@ import numpy as np
 
 # x[batch, 16] and a state ["layers", "frames", 8] whose samples only --input state:float32[2,batch,8] puts
 # on axis 1 (the model's own dims read as axis 0); the state's update only runs on a consistent cut
-from test_providers import _state_on_axis_one_by_the_users_word as _state_model
+from helpers import state_on_axis_one_by_the_users_word
 
 
 def test_candidates_calibrate_on_the_users_sample_axes(tmp_path):
@@ -13,7 +13,7 @@ def test_candidates_calibrate_on_the_users_sample_axes(tmp_path):
     import onnxlite
     from onnxlite.inputs import batch_axes, parse_input_spec, specs_from_onnx
 
-    model = _state_model(tmp_path / "stream.onnx")
+    model = state_on_axis_one_by_the_users_word(tmp_path / "stream.onnx")
     assert batch_axes(specs_from_onnx(model))["state"] == 0
     rng = np.random.default_rng(1)
     for name, count in (("calibration", 16), ("heldout", 24)):

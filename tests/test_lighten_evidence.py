@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_mixed import fragile_model
 
 import onnxlite
-from conftest import save_graph
 from onnxlite.search.evidence import fallback_base, select_on_grids
 from onnxlite.search.results import CandidateRow
+
+from conftest import save_graph
+from helpers import fragile_model, misleading_model
 
 
 def _classifier(path: Path) -> Path:
@@ -109,34 +109,8 @@ def test_fallback_base_rule():
     assert base is light     # nothing passes: the lightest within 3x of the budget
 
 
-def _misleading_model(path: Path) -> Path:
-    """Two fragile layers: F1's output error is the largest but a Mul by zero hides it; F2's is what hurts.
-
-    Activation matching blames F1 first; only a direct sweep (each node quantized alone) sees that F1
-    alone costs nothing and F2 alone costs the budget."""
-    k = 128
-    rng = np.random.default_rng(5)
-    w = {n: rng.standard_normal((k, k)) / np.sqrt(k) for n in ("A", "F1", "F2", "C")}
-    w["F1"][1, :] = 1e4            # every column of F1 loses its small weights
-    w["F2"][1, : k // 2] = 1e3     # half of F2's columns do
-    mask = np.ones(k, np.float32)
-    mask[1] = 0.0
-    inits = [numpy_helper.from_array(mask, "mask"), numpy_helper.from_array(np.zeros(k, np.float32), "zero")]
-    inits += [numpy_helper.from_array(v.astype(np.float32), f"{n}_w") for n, v in w.items()]
-    nodes = [helper.make_node("MatMul", ["x", "A_w"], ["a"], name="A"),
-             helper.make_node("Mul", ["a", "mask"], ["am"], name="zero_channel"),
-             helper.make_node("MatMul", ["am", "F1_w"], ["f1"], name="F1"),
-             helper.make_node("Mul", ["f1", "zero"], ["hidden"], name="hide_f1"),
-             helper.make_node("MatMul", ["am", "F2_w"], ["f2"], name="F2"),
-             helper.make_node("Add", ["f2", "hidden"], ["s"], name="add"),
-             helper.make_node("MatMul", ["s", "C_w"], ["y"], name="C")]
-    graph = helper.make_graph(nodes, "misleading", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", k])], inits)
-    return save_graph(graph, path)
-
-
 def test_a_direct_sweep_ranks_nodes_where_activation_matching_misleads(tmp_path):
-    model = _misleading_model(tmp_path / "misleading.onnx")
+    model = misleading_model(tmp_path / "misleading.onnx")
     result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["dynamic"], metric="cosine_mean",
                               max_drop="1%", runs=2, max_float_nodes=1)
     partial = result.partial

@@ -78,7 +78,8 @@ def test_winner_accuracy_recomputed_with_onnxruntime_is_within_a_point_of_keras(
     keras_hits = keras.models.load_model(lightened["source"]).predict(pixels, verbose=0).argmax(axis=1) == labels
     session = ort.InferenceSession(str(lightened["out"] / "model.onnx"), providers=["CPUExecutionProvider"])
     # in the judge's batches: dynamic int8 takes its activation scales from each batch, so they matter
-    logits = [session.run(None, {"pixels": pixels[i:i + DEFAULT_BATCH]})[0] for i in range(0, len(pixels), DEFAULT_BATCH)]
+    logits = [session.run(None, {"pixels": pixels[i:i + DEFAULT_BATCH]})[0]
+              for i in range(0, len(pixels), DEFAULT_BATCH)]
     onnx_hits = np.concatenate(logits).argmax(axis=1) == labels
     assert keras_hits.mean() > 0.8  # the model learnt something, so the comparison means something
     assert onnx_hits.mean() >= keras_hits.mean() - 0.01

@@ -48,7 +48,8 @@ def test_registered_but_not_default():
 
 
 def test_yolo_like_head_one_int8_scale_zeroes_classes_and_only_slices_see_it():
-    """Box pixels (0-1024) and class scores (0-1) in one tensor, as Ultralytics exports [batch, 4 + classes, anchors]."""
+    """Box pixels (0-1024) and class scores (0-1) in one tensor, as Ultralytics exports [batch, 4 + classes,
+    anchors]."""
     rng = np.random.default_rng(1)
     boxes = rng.uniform(0, 1024, (2, 4, 500))
     classes = rng.beta(0.3, 3.0, (2, 11, 500))
@@ -67,7 +68,7 @@ def test_yolo_like_head_one_int8_scale_zeroes_classes_and_only_slices_see_it():
 
 
 def test_ctc_agreement_decodes_and_frame_agreement_counts_frames():
-    classes, frames = 6, 8
+    classes = 6
     labels = np.array([[1, 1, 0, 2, 2, 0, 3, 0],      # decodes to 1 2 3
                        [4, 0, 4, 4, 0, 0, 5, 5]])     # decodes to 4 4 5
     reference = np.eye(classes, dtype=np.float32)[labels] * 5 + 0.1
@@ -134,7 +135,8 @@ def test_applies_only_where_meaningful():
 
 
 def test_compare_cli_reports_the_slice_error_on_a_real_quantized_head(tmp_path):
-    """End to end: a YOLO-like Concat head behind a per-tensor QDQ pair (as quantize_static writes it), run by onnxruntime and judged by compare."""
+    """End to end: a YOLO-like Concat head behind a per-tensor QDQ pair (as quantize_static writes it), run by
+    onnxruntime and judged by compare."""
     import onnx
     from onnx import TensorProto, helper
 

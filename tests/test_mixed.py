@@ -2,51 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
 import onnxlite
-from conftest import save_graph
 from onnxlite import mixed_plan
 from onnxlite.errors import UsageError
 from onnxlite.evaluation.judge import Judge
 from onnxlite.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST
 
-K = 128
+from helpers import FRAGILE_WIDTH, fragile_model
+
+K = FRAGILE_WIDTH
 BUDGET = 0.01    # cosine drop
-
-
-def fragile_model(path: Path, tiny_b: bool = True) -> Path:
-    """x -> A -> B -> (x 1e9, channel 1 zeroed) -> F -> C.  Two layers are fragile in different ways.
-
-    F's row 1 is 1e4 but always multiplied by 0 in float: any weight scheme that shares a scale along K
-    (int8 per channel, 8- or 4-bit blocks) flattens the rest of F's weights, while float16 holds it.
-    B's weights are ~1e-10 (a gain of 1e9 follows): every integer scheme scales them per channel or
-    block, but float16's smallest subnormal is 6e-8, so onnxruntime's converter turns them into signs.
-    So F needs fp16 or float, and B anything but fp16; A and C are ordinary layers.  ``tiny_b=False``
-    leaves B ordinary (gain 1), so uniform fp16 passes."""
-    rng = np.random.default_rng(0)
-    weights = {n: rng.standard_normal((K, K)) / np.sqrt(K) for n in "ABF"}
-    weights["F"][1, :] = 1e4
-    gain = 1e9 if tiny_b else 1.0
-    weights["B"] /= gain
-    weights["C"] = rng.standard_normal((K, 16)) / np.sqrt(K)
-    mask = np.full(K, gain, np.float32)
-    mask[1] = 0.0
-    inits = [numpy_helper.from_array(mask, "mask")]
-    inits += [numpy_helper.from_array(w.astype(np.float32), f"{n}_w") for n, w in weights.items()]
-    nodes = [helper.make_node("MatMul", ["x", "A_w"], ["a"], name="A"),
-             helper.make_node("MatMul", ["a", "B_w"], ["b"], name="B"),
-             helper.make_node("Mul", ["b", "mask"], ["bm"], name="zero_channel"),
-             helper.make_node("MatMul", ["bm", "F_w"], ["f"], name="F"),
-             helper.make_node("MatMul", ["f", "C_w"], ["y"], name="C")]
-    graph = helper.make_graph(nodes, "fragile", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], inits)
-    return save_graph(graph, path)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +68,7 @@ def test_planned_mixed_precision_meets_it_and_is_lighter(setup):
     assert [i.name for i in written.graph.initializer if i.data_type == TensorProto.FLOAT16] == ["F_w_fp16_F"]
 
 
+@pytest.mark.unit
 def test_promote_moves_the_worst_node_one_scheme_heavier():
     chosen = {"a": "block4", "b": "int8", "c": "float"}
     sensitivity = {"a": {"block4": 0.002}, "b": {"int8": 0.02}, "c": {}}

@@ -66,7 +66,13 @@ def test_lifts_constants_raises_opset_and_keeps_the_numbers():
 
 
 def test_onnxruntime_quantizers_fail_on_the_paddle_graph_and_work_after(tmp_path):
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
 
     model = _paddle_style()
     shipped, fixed = tmp_path / "shipped.onnx", tmp_path / "fixed.onnx"

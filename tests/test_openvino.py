@@ -20,7 +20,8 @@ from conftest import run_cli, save_graph
 
 ort = pytest.importorskip("onnxruntime")
 needs_openvino = pytest.mark.skipif("OpenVINOExecutionProvider" not in ort.get_available_providers(),
-                                    reason="this onnxruntime build has no OpenVINO EP (pip install 'onnxlite[openvino]')")
+                                    reason="this onnxruntime build has no OpenVINO EP (pip install "
+                                           "'onnxlite[openvino]')")
 OV = "OpenVINOExecutionProvider"
 CPU = "CPUExecutionProvider"
 
@@ -28,8 +29,9 @@ CPU = "CPUExecutionProvider"
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """fp32 / QDQ / QOperator versions of a small CNN and an MLP, quantized by onnxlite's static strategy."""
-    import onnxlite
     from onnx import TensorProto, helper, numpy_helper
+
+    import onnxlite
 
     rng = np.random.default_rng(0)
     folder = tmp_path_factory.mktemp("openvino")
@@ -132,7 +134,8 @@ def test_compare_and_bench_run_on_openvino_and_show_the_fallback(models):
     result = run_cli("compare", str(models["cnn"]), str(models["cnn_qoperator"]), str(models["cnn_qdq"]),
                      "--provider", "openvino", "--data", str(models["cnn_data"]), "--json")
     assert result.returncode == 0, result.stderr
-    candidates = {Path(c["path"]).stem if "path" in c else c["name"]: c for c in json.loads(result.stdout)["candidates"]}
+    candidates = {Path(c["path"]).stem if "path" in c else c["name"]: c
+                  for c in json.loads(result.stdout)["candidates"]}
     qop = next(c for n, c in candidates.items() if "qoperator" in n)
     qdq = next(c for n, c in candidates.items() if "qdq" in n)
     assert qop["format"] == "qoperator" and qop["cpu_fallback"]
@@ -193,7 +196,8 @@ def test_lighten_rows_get_the_fallback_and_its_time(models):
 
 @needs_openvino
 def test_a_default_ir_model_fails_here_and_fitting_to_this_build_makes_it_load(models, tmp_path):
-    """onnx 1.23 stamps IR 14; onnxruntime-openvino 1.24 loads IR <= 13 (the issue's trap), --target-runtime fixes it."""
+    """onnx 1.23 stamps IR 14; onnxruntime-openvino 1.24 loads IR <= 13 (the issue's trap), --target-runtime fixes
+    it."""
     import onnx
 
     from onnxlite import UsageError

@@ -7,9 +7,11 @@ import ast
 
 import pytest
 
+from onnxlite import ops
+
 from conftest import ROOT
 
-from onnxlite import ops
+pytestmark = pytest.mark.unit
 
 SOURCES = [p for p in sorted((ROOT / "core" / "onnxlite").rglob("*.py")) + sorted(
     (ROOT / "plugins" / "onnxlite_plugins").rglob("*.py")) if p != ROOT / "core" / "onnxlite" / "ops.py"]

@@ -98,6 +98,7 @@ data_options = st.one_of(st.builds(lambda k, v: f"{k}={v}", data_names, data_val
 # ---------------------------------------------------------------- the parsers themselves (fast, many examples)
 
 
+@pytest.mark.unit
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(input_specs)
 def test_parse_input_spec_raises_usage_errors_only(text):

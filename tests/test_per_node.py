@@ -56,6 +56,7 @@ def test_without_qdq_everything_is_the_float_model(fragile):
     """Taking every Q/DQ out gives the float model back (the folded Relus restored), the base of every figure."""
     import onnx
     import onnxruntime as ort
+
     from onnxlite.evaluation.per_node import qdq_groups, without_qdq
 
     model, quantized, data = fragile

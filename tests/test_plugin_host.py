@@ -47,7 +47,8 @@ def test_third_party_plugin_is_listed_with_its_distribution(tmp_path):
 
 
 def test_plugin_that_raises_on_import_is_reported_and_cli_still_runs(tmp_path):
-    site = make_plugin_dist(tmp_path / "site", "acme-broken", "0.1", "acme_broken", "raise RuntimeError('boom at import')\n")
+    site = make_plugin_dist(tmp_path / "site", "acme-broken", "0.1", "acme_broken",
+                            "raise RuntimeError('boom at import')\n")
     result = run_cli("--list-plugins", "--json", site=site)
     listing = _listing(result)
     broken = {b["name"]: b for b in listing["broken"]}
@@ -71,9 +72,11 @@ def test_misspelt_hook_is_caught_by_check_pending(tmp_path):
 def test_hook_returning_garbage_or_raising_is_reported(tmp_path):
     site = tmp_path / "site"
     make_plugin_dist(site, "acme-garbage", "0.1", "acme_garbage",
-                     "from onnxlite import hookimpl\n\n@hookimpl\ndef register_quantizers():\n    return ['not a spec']\n")
+                     "from onnxlite import hookimpl\n\n@hookimpl\ndef register_quantizers():\n    return ['not a "
+                     "spec']\n")
     make_plugin_dist(site, "acme-raises", "0.1", "acme_raises",
-                     "from onnxlite import hookimpl\n\n@hookimpl\ndef register_metrics():\n    raise ValueError('nope')\n")
+                     "from onnxlite import hookimpl\n\n@hookimpl\ndef register_metrics():\n    raise "
+                     "ValueError('nope')\n")
     listing = _listing(run_cli("--list-plugins", "--json", site=site))
     errors = {b["name"]: b["error"] for b in listing["broken"]}
     assert "expected a QuantizerSpec" in errors["acme_garbage"]
@@ -146,10 +149,10 @@ def register_frameworks():
 
 
 def test_cli_basics_and_usage_errors():
-    from onnxlite.plugins import _onnxlite_version
+    import onnxlite
 
     version = run_cli("--version")
-    assert version.returncode == 0 and version.stdout.strip() == f"onnxlite {_onnxlite_version()}"
+    assert version.returncode == 0 and version.stdout.strip() == f"onnxlite {onnxlite.__version__}"
     helped = run_cli("--help")
     assert helped.returncode == 0
     for command in ("export", "quantize", "compare", "bench", "lighten"):
@@ -171,7 +174,8 @@ def test_help_and_listing_do_not_import_heavy_frameworks():
         "        main(args)\n"
         "    except SystemExit as exc:\n"
         "        assert exc.code == 0, exc.code\n"
-        "heavy = sorted(m for m in ('torch', 'tensorflow', 'transformers', 'onnx', 'onnxruntime') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('torch', 'tensorflow', 'transformers', 'onnx', 'onnxruntime') if m in "
+        "sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

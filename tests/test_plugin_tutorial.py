@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from test_example_plugin import really_quantized, write_gemm_head
+from helpers import really_quantized, write_gemm_head
 
 PAGE = ROOT / "docs" / "plugins.md"
 EXAMPLE = ROOT / "examples" / "onnxlite-guard-quantizer"

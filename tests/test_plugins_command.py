@@ -140,7 +140,8 @@ def test_plugins_does_not_import_heavy_frameworks():
         "        main(args)\n"
         "    except SystemExit as exc:\n"
         "        assert exc.code == 0, exc.code\n"
-        "heavy = sorted(m for m in ('torch', 'tensorflow', 'transformers', 'onnx', 'onnxruntime') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('torch', 'tensorflow', 'transformers', 'onnx', 'onnxruntime') if m in "
+        "sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli, save_graph
+from helpers import state_on_axis_one_by_the_users_word, streaming_model
 
 
 @pytest.fixture(scope="module")
@@ -197,12 +198,11 @@ def test_placement_profiles_on_the_users_data_not_invented_sizes(tmp_path):
 
 def test_placement_cuts_the_users_batch_on_each_inputs_sample_axis(tmp_path):
     """lighten's fallback report sliced v[:batch]: a state [2, batch, 8] kept every sample and a scalar raised."""
-    from test_bench import _streaming
 
     from onnxlite.placement import first_samples, placement_report
     from onnxlite.runtime import SessionSettings
 
-    model = _streaming(tmp_path / "stream.onnx")
+    model = streaming_model(tmp_path / "stream.onnx")
     rng = np.random.default_rng(0)
     feeds = {"x": rng.standard_normal((12, 16)).astype(np.float32),
              "state": rng.standard_normal((2, 12, 8)).astype(np.float32), "sr": np.array(16000, np.int64)}
@@ -220,33 +220,6 @@ needs_openvino = pytest.mark.skipif(
     reason="this onnxruntime build has no OpenVINO EP (CI's second-provider job runs this file with it)")
 
 
-def _state_on_axis_one_by_the_users_word(path: Path) -> Path:
-    """x[batch, 16] and a state whose dims say nothing of its batch (["layers", "frames", 8]: read as axis 0).
-
-    Only the user's ``--input state:float32[2,batch,8]`` says the samples are on its axis 1; the state's
-    update adds a projection of x, so a cut on axis 0 fails in onnxruntime.  OpenVINO leaves ``Hardmax`` to
-    the CPU (onnxruntime-openvino 1.24), so every benchmarked row has a fallback to report.
-    """
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w"),
-             numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w2"),
-             numpy_helper.from_array(np.array([0], np.int64), "axis0")]
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="fc"),
-             helper.make_node("Hardmax", ["m"], ["y"], name="hardmax"),
-             helper.make_node("MatMul", ["x", "w2"], ["p"], name="proj"),
-             helper.make_node("Unsqueeze", ["p", "axis0"], ["p1"], name="lift"),
-             helper.make_node("Add", ["state", "p1"], ["state_out"], name="update")]
-    graph = helper.make_graph(nodes, "stream",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
-                               helper.make_tensor_value_info("state", TensorProto.FLOAT, ["layers", "frames", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32]),
-                               helper.make_tensor_value_info("state_out", TensorProto.FLOAT,
-                                                             ["layers", "frames", 8])], inits)
-    return save_graph(graph, path)
-
-
 @needs_openvino
 def test_lighten_profiles_the_fallback_on_the_judges_sample_axes(tmp_path):
     """lighten's fallback report cut the judge's samples on the model's own axes (state axis 0, by its dims),
@@ -255,7 +228,7 @@ def test_lighten_profiles_the_fallback_on_the_judges_sample_axes(tmp_path):
     from onnxlite.inputs import batch_axes, parse_input_spec, specs_from_onnx
     from onnxlite.runtime import SessionSettings
 
-    model = _state_on_axis_one_by_the_users_word(tmp_path / "stream.onnx")
+    model = state_on_axis_one_by_the_users_word(tmp_path / "stream.onnx")
     assert batch_axes(specs_from_onnx(model))["state"] == 0   # what the report fell back to
     inputs = [parse_input_spec("x:float32[batch,16]"), parse_input_spec("state:float32[2,batch,8]")]
     result = onnxlite.lighten(model, tmp_path / "out", inputs=inputs, settings=SessionSettings(provider="openvino"),

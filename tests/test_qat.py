@@ -62,6 +62,7 @@ def _drop(path, net, test):
 
 def test_qat_recovers_what_static_misses(fragile_digits, tmp_path):
     import onnx
+
     import onnxlite
 
     net, path, calibration, test = fragile_digits

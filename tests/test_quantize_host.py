@@ -23,6 +23,7 @@ from onnxlite.modelio import external_data_files, get_metadata
 from onnxlite.quantization.run import applicable_strategies
 
 from conftest import make_plugin_dist, run_cli, save_graph
+from helpers import calibration_npz, fixed_size_detector, streaming_model
 
 
 def make_mlp(path: Path, k: int = 128, external: bool = False, seed: int = 0) -> Path:
@@ -279,10 +280,9 @@ def test_the_table_says_what_the_smoke_check_ran_on(tmp_path):
 def test_the_smoke_check_of_a_strategy_that_does_not_calibrate_runs_on_the_given_calibration(tmp_path):
     """dynamic ignores --calibration, and so did its smoke check: it ran on generated samples (a fixed-size
     graph was not checked at all) and the table said so.  Now it runs on the first samples given."""
-    from test_real_model_causes import _calibration, _fixed_size_detector
 
-    model = _fixed_size_detector(tmp_path / "det.onnx")   # runs only on 16x16 images; generated ones are 8x8
-    data = _calibration(tmp_path / "images.npz", (6, 3, 16, 16))
+    model = fixed_size_detector(tmp_path / "det.onnx")   # runs only on 16x16 images; generated ones are 8x8
+    data = calibration_npz(tmp_path / "images.npz", (6, 3, 16, 16))
     done = run_cli("quantize", str(model), "-o", str(tmp_path / "d.onnx"), "--calibration", str(data))
     assert done.returncode == 0, done.stderr
     assert "ran on the first 2 samples of --calibration" in done.stdout and "padded" not in done.stdout
@@ -304,9 +304,8 @@ def test_the_smoke_check_cuts_each_input_on_its_own_sample_axis(tmp_path, monkey
     """A state [2, batch, 8] holds its samples on axis 1: the check takes the first ones there, and counts
     them there (the count read axis 0 of whichever input came first: the state's 2)."""
     import onnxlite.quantization.run as run
-    from test_bench import _streaming
 
-    model = _streaming(tmp_path / "stream.onnx")
+    model = streaming_model(tmp_path / "stream.onnx")
     rng = np.random.default_rng(0)
     feeds = {"state": rng.standard_normal((2, 6, 8)).astype(np.float32),
              "x": rng.standard_normal((6, 16)).astype(np.float32), "sr": np.array(16000, np.int64)}

@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxlite
+
 from export_models import LastHiddenState
 
 pytestmark = pytest.mark.slow

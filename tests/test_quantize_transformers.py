@@ -14,9 +14,10 @@ import onnxruntime as ort
 import pytest
 
 import onnxlite
-from export_models import LastHiddenState
 from onnxlite.graph_family import model_family
 from onnxlite.quantization.run import applicable_strategies
+
+from export_models import LastHiddenState
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import onnxlite
+
 from conftest import make_plugin_dist, save_graph
 
 ray = pytest.importorskip("ray")

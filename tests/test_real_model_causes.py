@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
 
 from conftest import save_graph
+from helpers import calibration_npz, fixed_size_detector
 
 
 def _const(name: str, array: np.ndarray) -> onnx.NodeProto:
@@ -37,11 +37,6 @@ def _paddle_like(path, opset: int = 12):
     return path
 
 
-def _calibration(path, shape=(8, 3, 16, 16), seed=1):
-    np.savez(path, x=np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
-    return path
-
-
 def test_constant_weights_are_normalised_and_quantized(tmp_path):
     model = _paddle_like(tmp_path / "m.onnx", opset=13)
     before = model.read_bytes()
@@ -53,14 +48,14 @@ def test_constant_weights_are_normalised_and_quantized(tmp_path):
     assert model.read_bytes() == before   # the user's file is never written
     # static QDQ on the same graph: onnxruntime alone stops with "Expected w to be an initializer"
     static = onnxlite.quantize(model, tmp_path / "s.onnx", "static", force=True,
-                               calibration=str(_calibration(tmp_path / "cal.npz")))
+                               calibration=str(calibration_npz(tmp_path / "cal.npz")))
     assert static.quantized_ops.get("QuantizeLinear"), static.quantized_ops
 
 
 def test_opset12_gets_per_channel_qdq_after_raising_the_opset(tmp_path):
     model = _paddle_like(tmp_path / "m12.onnx", opset=12)
     result = onnxlite.quantize(model, tmp_path / "q.onnx", "static", force=True, per_channel=True,
-                               calibration=str(_calibration(tmp_path / "cal.npz")))
+                               calibration=str(calibration_npz(tmp_path / "cal.npz")))
     normalized = result.details["normalized"]
     assert (normalized["opset_before"], normalized["opset_after"]) == (12, 13), normalized
     produced = onnx.load(str(result.path))
@@ -76,7 +71,7 @@ def test_opset12_falls_back_to_per_tensor_when_the_converter_cannot(tmp_path, mo
     monkeypatch.setattr(normalize, "raise_opset", lambda model, target: (model, "RuntimeError: no adapter"))
     warnings: list[str] = []
     result = onnxlite.quantize(_paddle_like(tmp_path / "m12.onnx"), tmp_path / "q.onnx", "static", force=True,
-                               per_channel=True, calibration=str(_calibration(tmp_path / "cal.npz")),
+                               per_channel=True, calibration=str(calibration_npz(tmp_path / "cal.npz")),
                                on_warning=warnings.append)
     assert result.options["per_channel"] is False and result.details["normalized"]["per_channel_fallback"]
     assert any("per_channel off (per tensor)" in w and "opset 12" in w for w in warnings), warnings
@@ -87,29 +82,9 @@ def test_opset12_falls_back_to_per_tensor_when_the_converter_cannot(tmp_path, mo
     ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
 
 
-def _fixed_size_detector(path, size: int = 16, batch="batch"):
-    """A graph that runs only at ``size`` x ``size`` (an Add with a fixed positional map, as in DBNet's FPN)."""
-    rng = np.random.default_rng(2)
-    weight = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    pos = numpy_helper.from_array(rng.standard_normal((1, 3, size, size)).astype(np.float32), "pos")
-    head = numpy_helper.from_array(rng.standard_normal((4 * size * size, 6)).astype(np.float32), "head")
-    shape = numpy_helper.from_array(np.array([0, -1], dtype=np.int64), "shape")
-    nodes = [helper.make_node("Add", ["x", "pos"], ["a"]),
-             helper.make_node("Conv", ["a", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("Reshape", ["r", "shape"], ["flat"]),
-             helper.make_node("MatMul", ["flat", "head"], ["y"])]
-    graph = helper.make_graph(nodes, "fixed_size",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, "h", "w"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 6])],
-                              initializer=[weight, pos, head, shape])
-    save_graph(graph, path)
-    return path
-
-
 def test_checks_run_on_the_users_sizes(tmp_path):
-    model = _fixed_size_detector(tmp_path / "det.onnx")
-    data = _calibration(tmp_path / "data.npz", (24, 3, 16, 16))
+    model = fixed_size_detector(tmp_path / "det.onnx")
+    data = calibration_npz(tmp_path / "data.npz", (24, 3, 16, 16))
     # quantize's smoke check: on the calibration data's sizes, and never blaming the strategy for sizes it invented
     warnings: list[str] = []
     plain = onnxlite.quantize(model, tmp_path / "d.onnx", "dynamic", force=True, on_warning=warnings.append)
@@ -142,13 +117,14 @@ def test_verdict_says_within_budget_but_not_lighter():
     mixed = no_winner_message([*rows, over, failed], 1000)
     assert "1 over the accuracy budget" in mixed and "2 within the budget but not lighter" in mixed
     assert "1 failed before they could be judged" in mixed
-    assert no_winner_message([over], 1000).startswith("nothing qualifies: no candidate stayed within the accuracy budget")
+    assert no_winner_message([over], 1000).startswith(
+        "nothing qualifies: no candidate stayed within the accuracy budget")
 
 
 def test_lighten_normalises_once_and_reads_the_family_after(tmp_path):
     """The Paddle-like graph is read as conv after normalisation (static and the Conv-only grid are tried)."""
     model = _paddle_like(tmp_path / "m12.onnx", opset=12)
-    data = _calibration(tmp_path / "data.npz", (24, 3, 16, 16))
+    data = calibration_npz(tmp_path / "data.npz", (24, 3, 16, 16))
     result = onnxlite.lighten(str(model), tmp_path / "out", data=str(data), strategies=None, max_drop="5%",
                               runs=3, partial=False)
     assert "normalised before quantizing: opset 12 raised to 13" in result.message, result.message
@@ -249,7 +225,7 @@ def test_static_calibration_is_bounded_by_the_memory_available(tmp_path, monkeyp
     from onnxlite_plugins.quantizers.static import activation_bytes
 
     model = _paddle_like(tmp_path / "m.onnx", opset=13)
-    cal = _calibration(tmp_path / "cal.npz", (12, 3, 32, 32))
+    cal = calibration_npz(tmp_path / "cal.npz", (12, 3, 32, 32))
     per_sample = activation_bytes(onnx.load(str(model)), {"x": np.zeros((1, 3, 32, 32), np.float32)})
     # Conv, Relu (8x32x32 floats each), pool, flatten and MatMul outputs of one 32x32 sample
     assert per_sample >= 2 * 8 * 32 * 32 * 4
@@ -289,8 +265,8 @@ def test_batch_axis_rule_keeps_a_fixed_batch_of_one_first():
 
 def test_a_fixed_batch_of_one_is_judged_and_benchmarked_one_sample_at_a_time(tmp_path):
     """An Ultralytics export takes images[1, 3, 1024, 1024]: the judge ran it in batches of 8 and failed."""
-    model = _fixed_size_detector(tmp_path / "one.onnx", batch=1)
-    data = _calibration(tmp_path / "data.npz", (20, 3, 16, 16))
+    model = fixed_size_detector(tmp_path / "one.onnx", batch=1)
+    data = calibration_npz(tmp_path / "data.npz", (20, 3, 16, 16))
     result = onnxlite.lighten(str(model), tmp_path / "out", data=str(data), strategies=["static", "fp16"],
                               max_drop="5%", runs=3, partial=False)
     failed = [(r.name, r.reason) for r in result.candidates if r.status == "failed"]

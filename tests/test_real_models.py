@@ -1,4 +1,5 @@
-"""A real Paddle2ONNX model from a PyPI wheel: the data generator reads, and normalize makes onnxruntime's quantizer work.
+"""A real Paddle2ONNX model from a PyPI wheel: the data generator reads, and normalize makes onnxruntime's
+quantizer work.
 
 The PP-OCRv4 recognizer ships in ``rapidocr-onnxruntime`` 1.4.4; the file is
 fetched with ``pip download --no-deps`` (about 15 MB, no dependency installed)

@@ -86,6 +86,7 @@ def test_bounded_cle_through_relu6_keeps_the_calibration_outputs(tmp_path):
 
 def test_fold_batchnorm_keeps_outputs(tmp_path):
     from onnx import helper, numpy_helper
+
     from onnxlite_plugins.quantizers.equalize import fold_batchnorm
 
     rng = np.random.default_rng(0)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from onnxlite.errors import UsageError
+from onnxlite.report.files import write_report
 from onnxlite.report.model import ModelRow, Report
 from onnxlite.report.text import render_table
-from onnxlite.report.files import write_report
+
+from helpers import CHROMIUM_FLAGS, chromium
 
 PRIMARY = "last_hidden_state.cosine_mean"
 
@@ -136,24 +136,9 @@ def test_html_without_latency_plots_size_against_the_primary_metric():
 
 # -- rendered in a real browser -----------------------------------------------------------------------
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage"]
-
-
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    if os.environ.get("CI"):
-        pytest.fail("chromium is not installed (CI must have it: apt-get install -y chromium)")
-    pytest.skip("chromium is not installed")
-
-
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    browser = _chromium()
+    browser = chromium()
     root = tmp_path_factory.mktemp("html")
     paths = write_report(_report(), root / "report")
     url = paths["html"].resolve().as_uri()

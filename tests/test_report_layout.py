@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_report import CHROMIUM_FLAGS, _chromium
+from helpers import CHROMIUM_FLAGS, chromium
 
 KEYS = ("last_hidden_state.pooled_cosine_mean", "last_hidden_state.pooled_cosine_min")
 
@@ -99,7 +99,7 @@ def measured(tmp_path_factory):
     chart labels overlap into the DOM (the report itself has no scripts); plus a screenshot."""
     from onnxlite.report.files import write_report
 
-    browser = _chromium()
+    browser = chromium()
     root = tmp_path_factory.mktemp("layout")
     paths = write_report(_result().to_report(), root / "report")
     probe = root / "probe.html"
@@ -171,8 +171,8 @@ def test_the_screenshot_shows_verdict_and_chart_colours(measured):
 
 
 def test_the_chart_draws_a_budgeted_metric_and_small_models_in_kb():
-    from onnxlite.report.lighten_page import tradeoff_svg
     from onnxlite.report.html import PALETTE
+    from onnxlite.report.lighten_page import tradeoff_svg
 
     report = _result().to_report()
     report.budgets = {KEYS[1]: 0.01}            # the primary metric has no budget: draw the one that has

@@ -12,8 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import basic_optimized, save_graph
 from onnxlite.claims import check_claims, node_states, weight_bias_quantization_inputs
+
+from conftest import basic_optimized, save_graph
 
 ort = pytest.importorskip("onnxruntime")
 C = 4

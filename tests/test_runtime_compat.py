@@ -124,7 +124,7 @@ def test_data_types_set_the_lowest_ir_and_a_model_that_cannot_fit_is_refused():
 def test_contrib_ops_name_the_release_that_first_has_them():
     from onnx import TensorProto, helper
 
-    from onnxlite.runtime_compat import problems, parse_target, runtime_needs
+    from onnxlite.runtime_compat import parse_target, problems, runtime_needs
 
     def contrib(op: str):
         graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], domain="com.microsoft")], "c",
@@ -213,7 +213,9 @@ def test_without_any_onnxruntime_build_commands_say_which_extra_to_install(tmp_p
 
     # sys.modules[name] = None makes importlib.util.find_spec report the module as absent.
     hide = "import sys; sys.modules['onnxruntime'] = None; from onnxlite.cli import main; main(sys.argv[1:])"
-    run = lambda *args: subprocess.run([sys.executable, "-c", hide, *args], capture_output=True, text=True)
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", hide, *args], capture_output=True, text=True)
+
     result = run("quantize", str(tmp_path / "model.onnx"))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [

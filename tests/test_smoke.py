@@ -68,11 +68,11 @@ def test_nan_the_input_model_does_not_produce_is_refused_and_nan_it_does_is_not(
     # Log of the generated batch's negative values is NaN in the input model too: not the strategy's doing
     import onnxruntime as ort
 
-    from onnxlite.quantization.smoke import _sample_feeds
+    from onnxlite.quantization.smoke import sample_feeds
 
     log_source = _model(tmp_path / "c.onnx", weight, log_input=True)
     session = ort.InferenceSession(str(log_source), providers=["CPUExecutionProvider"])
-    assert np.isnan(session.run(None, _sample_feeds(onnx.load(str(log_source))))[0]).any()
+    assert np.isnan(session.run(None, sample_feeds(onnx.load(str(log_source))))[0]).any()
     result = smoke_check(log_source, _model(tmp_path / "d.onnx", np.round(weight, 1), log_input=True), SPEC,
                          warn=print)
     assert result["ran"] and "y" in result["outputs"]

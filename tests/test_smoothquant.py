@@ -11,8 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
-from conftest import run_cli, save_graph
 from onnxlite_plugins.quantizers.smoothquant import activation_maxima, smooth, smoothing_targets
+
+from conftest import run_cli, save_graph
 
 rng = np.random.default_rng(0)
 #: A few input channels 40x larger than the rest, as in BERT's LayerNorm and FFN outputs.

@@ -28,7 +28,8 @@ class DigitsNet(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def digits_model(tmp_path_factory):
-    """(model path, train images, test images, test labels): a CNN trained a few seconds, exported with a dynamic batch."""
+    """(model path, train images, test images, test labels): a CNN trained a few seconds, exported with a dynamic
+    batch."""
     digits = datasets.load_digits()
     images = (digits.images / 16.0).astype(np.float32)[:, None]  # N x 1 x 8 x 8 in 0..1
     labels = digits.target.astype(np.int64)

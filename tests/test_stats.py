@@ -10,6 +10,8 @@ from scipy import stats as sps
 
 from onnxlite import stats
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("k,n", [(0, 1), (0, 24), (1, 8), (3, 24), (24, 24), (7, 100), (500, 10000)])
 @pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-
+from helpers import write_gemm_head
 
 # -- fitting text ------------------------------------------------------------------------------------
 
@@ -22,7 +22,8 @@ def test_ellipsize_never_cuts_a_number_and_marks_the_cut():
         assert len(short) <= width and short.endswith("…"), (width, short)
         kept = short[:-1].split()
         # every word kept is a whole word of the reason: "drop 0" never stands for "drop 0.04271"
-        assert kept == reason.split()[:len(kept)] or kept[-1].rstrip(",;:(") == reason.split()[len(kept) - 1].rstrip(",;:("), short
+        words = reason.split()
+        assert kept == words[:len(kept)] or kept[-1].rstrip(",;:(") == words[len(kept) - 1].rstrip(",;:("), short
     assert ellipsize(reason, len(reason)) == reason
 
 
@@ -246,7 +247,6 @@ def test_default_metrics_follow_what_each_output_is():
 
 
 def test_bench_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
-    from test_example_plugin import write_gemm_head
 
     model = write_gemm_head(tmp_path / "m.onnx")
     result = run_cli("bench", str(model), str(model), "--runs", "4", "--warmup", "1")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from onnxlite.errors import UsageError
-from onnxlite.sweep import read_manifest
+from onnxlite.sweeps import read_manifest
 
 from conftest import save_graph
 
@@ -59,7 +59,7 @@ def test_defaults_apply_and_model_entries_override(tmp_path):
 
 
 def test_lighten_arguments_split_the_session_settings(tmp_path):
-    from onnxlite.sweep.one_model import lighten_arguments
+    from onnxlite.sweeps.one_model import lighten_arguments
 
     plan = read_manifest(write(tmp_path / "m.toml", """
         [[models]]
@@ -197,3 +197,15 @@ def test_help_listing_and_sweep_help_do_not_import_ray():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "RAY=False" in result.stdout, result.stdout[-300:]
+
+
+@pytest.mark.unit
+def test_the_sweep_api_is_a_plain_function_that_its_package_never_hides():
+    import types
+
+    import onnxlite
+    import onnxlite.sweeps  # importing the package sets it on onnxlite: named sweeps, it cannot hide sweep()
+
+    assert isinstance(onnxlite.sweep, types.FunctionType)
+    assert onnxlite.sweep is onnxlite.sweeps.sweep
+    assert onnxlite.sweeps.SweepResult.__module__ == "onnxlite.sweeps.outcome"

@@ -187,7 +187,7 @@ def test_int4_is_the_four_bit_preset(embedder, tmp_path):
 
 
 def test_search_grid_and_skip_reason(embedder, tmp_path):
-    from onnxlite.candidates import build_candidates
+    from onnxlite.search.candidates import build_candidates
 
     found, _ = build_candidates(embedder, strategies=["weightonly"], has_calibration=False)
     grid = [c.options for c in found]

@@ -223,7 +223,7 @@ def _quantized_ops(path: Path) -> int:
 
 def _latency(sessions: dict, feed: dict, runs: int) -> dict[str, float]:
     times: dict[str, list[float]] = {name: [] for name in sessions}
-    for name, session in sessions.items():
+    for session in sessions.values():
         session.run(None, feed)   # warm-up
     for _ in range(runs):
         for name, session in sessions.items():

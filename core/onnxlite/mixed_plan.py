@@ -28,7 +28,8 @@ LIGHTEST_FIRST = ("block4", "block8", "int8", "fp16", "float")
 
 
 def weighted_nodes(proto: Any) -> dict[str, set[str]]:
-    """Node names each scheme's strategy can take: MatMul with a constant 2-D weight (blocks), MatMul/Gemm (int8, fp16)."""
+    """Node names each scheme's strategy can take: MatMul with a constant 2-D weight (blocks), MatMul/Gemm (int8,
+    fp16)."""
     inits = {i.name: len(i.dims) for i in proto.graph.initializer}
     blocks = {n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name and len(n.input) > 1
               and inits.get(n.input[1]) == 2}
@@ -94,11 +95,7 @@ def promote(chosen: Mapping[str, str], sensitivity: Mapping[str, Mapping[str, fl
     return out
 
 
-def planned_bytes(chosen: Mapping[str, str], weights: Mapping[str, int], bytes_per_weight: Mapping[str, float]) -> float:
-    return sum(weights.get(n, 0) * bytes_per_weight[s] for n, s in chosen.items())
-
-
-def assignment_options(chosen: Mapping[str, str]) -> dict[str, object]:
+def assignment_options(chosen: Mapping[str, str]) -> dict[str, Any]:
     """``mixed`` options for a plan: the most common scheme as ``default``, the rest as ``assign`` items."""
     from collections import Counter
 

@@ -63,7 +63,8 @@ def load_model(path: str | os.PathLike[str], load_external_data: bool = True) ->
 
 def missing_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> list[tuple[str, Path]]:
     """``(tensor name, file)`` for each tensor of ``model`` (read from ``path``) whose external data file is absent."""
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data as external
+    from onnx.external_data_helper import _get_all_tensors
+    from onnx.external_data_helper import uses_external_data as external
 
     folder = Path(path).parent
     missing = []
@@ -152,7 +153,8 @@ def private_copy(model: str | os.PathLike[str], folder: str | os.PathLike[str]) 
 
 def uses_external_data(model: onnx.ModelProto) -> bool:
     """Whether any tensor of ``model`` is stored outside the .onnx file."""
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data as external
+    from onnx.external_data_helper import _get_all_tensors
+    from onnx.external_data_helper import uses_external_data as external
 
     return any(external(t) for t in _get_all_tensors(model))
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .subgraphs import iter_graphs
+
 if TYPE_CHECKING:
     import onnx
 
@@ -61,15 +63,8 @@ def default_opset(model: onnx.ModelProto) -> int | None:
     return None
 
 
-def _initializer_count(graph) -> int:
-    count = len(graph.initializer)
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                count += _initializer_count(attr.g)
-            for sub in attr.graphs:
-                count += _initializer_count(sub)
-    return count
+def _initializer_count(graph: onnx.GraphProto) -> int:
+    return sum(len(g.initializer) for g in iter_graphs(graph))
 
 
 def lift_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
@@ -92,20 +87,9 @@ def lift_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
 
 def count_constant_tensors(model: onnx.ModelProto) -> int:
     """How many ``Constant`` nodes hold a tensor (``value``), in every graph: weights an exporter left as nodes."""
-
-    def walk(graph) -> int:
-        count = 0
-        for node in graph.node:
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-                count += any(a.name == "value" for a in node.attribute)
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    count += walk(attr.g)
-                for sub in attr.graphs:
-                    count += walk(sub)
-        return count
-
-    return walk(model.graph)
+    return sum(node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+               and any(a.name == "value" for a in node.attribute)
+               for graph in iter_graphs(model.graph) for node in graph.node)
 
 
 def raise_opset(model: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, str | None]:
@@ -186,4 +170,4 @@ def normalize_file(path, *, min_opset: int | None = PER_CHANNEL_MIN_OPSET) -> No
     done = normalize(full, min_opset=min_opset)
     if done.changed:
         save_model(done.model, path, external_data=True if external else None)
-    return replace(done, model=None)
+    return replace(done, model=None)  # type: ignore[arg-type]  # the written file replaces the proto

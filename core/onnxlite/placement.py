@@ -140,7 +140,8 @@ def parse_profile_times(events: Iterable[Mapping[str, Any]]) -> tuple[list[NodeT
         args = event.get("args") or {}
         if not args.get("provider"):
             continue
-        name = str(event["name"])[: -len(_KERNEL_SUFFIX)] or f"{args.get('op_name', 'node')}#{args.get('node_index', '?')}"
+        name = (str(event["name"])[: -len(_KERNEL_SUFFIX)]
+                or f"{args.get('op_name', 'node')}#{args.get('node_index', '?')}")
         info.setdefault(name, {"op": str(args.get("op_name", "")), "provider": str(args["provider"])})
         durations.setdefault(name, []).append(float(event.get("dur", 0)) / 1000)
 
@@ -266,8 +267,9 @@ def parse_placement_log(text: str) -> dict[str, list[tuple[str, str]] | None]:
             placed[current] = None if header.group(1) == "All nodes" else []
             continue
         node = _PLACED_NODE.search(line)
-        if node and current is not None and placed[current] is not None:
-            placed[current].append((node.group(1), node.group(2)))
+        nodes = placed.get(current) if current is not None else None
+        if node and nodes is not None:
+            nodes.append((node.group(1), node.group(2)))
         elif "VerifyEachNodeIsAssignedToAnEp" not in line:
             current = None
     return placed
@@ -340,13 +342,14 @@ def record_fallback(rows: Iterable[Any], settings: SessionSettings,
 
 def annotate_reasons(rows: Iterable[Any], fallback: Mapping[str, Mapping[str, Any]]) -> None:
     """Append each row's fallback summary (from :func:`record_fallback`) to its reason, for tables and reports."""
-    for row in rows:
-        if row.name in fallback:
-            row.reason = f"{row.reason}; {fallback[row.name]['summary']}" if row.reason else fallback[row.name]["summary"]
+    for row in (r for r in rows if r.name in fallback):
+        summary = fallback[row.name]["summary"]
+        row.reason = f"{row.reason}; {summary}" if row.reason else summary
 
 
 def report_fallback(rows: list[Any], settings: SessionSettings, feeds: Mapping[str, np.ndarray] | None,
-                    batch: int | None = None, axes: Mapping[str, int | None] | None = None) -> dict[str, dict[str, Any]]:
+                    batch: int | None = None,
+                    axes: Mapping[str, int | None] | None = None) -> dict[str, dict[str, Any]]:
     """:func:`record_fallback` on the first ``batch`` samples of ``feeds``, then :func:`annotate_reasons`.
 
     ``axes``: each input's sample axis (the judge's ``batch_axes``); by default read from the first row's model.

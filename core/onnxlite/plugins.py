@@ -16,8 +16,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import pluggy
 
@@ -156,11 +158,12 @@ class PluginHost:
             except BaseException as exc:  # a plugin calling sys.exit must not stop us either
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                self.broken.append(BrokenPlugin(ep.name, dist_name, dist_version, f"failed to import: {one_line(exc, 1000, kind=True)}"))
+                self.broken.append(BrokenPlugin(ep.name, dist_name, dist_version,
+                                                f"failed to import: {one_line(exc, 1000, kind=True)}"))
                 continue
             self.register(module, ep.name, dist_name, dist_version, builtin=False)
 
-    def call(self, hook_name: str):
+    def call(self, hook_name: str) -> Iterator[tuple[PluginInfo, Any]]:
         """Call one hook on every plugin separately, yielding ``(plugin name, result)``.
 
         Calling each implementation on its own means one plugin that raises is

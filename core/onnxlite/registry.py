@@ -8,11 +8,11 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from .errors import MissingDependencyError, PluginConflictError, UnknownNameError
 from .plugins import BrokenPlugin, PluginHost, PluginInfo, get_plugin_host, owner
-from .specs import SPEC_TYPES, ProviderSpec, Spec
+from .specs import SPEC_TYPES, FrameworkSpec, MetricSpec, ProviderSpec, QuantizerSpec, Spec
 
 #: kind -> hook that registers it
 HOOKS = {
@@ -24,6 +24,9 @@ HOOKS = {
 
 #: what the CLI calls each kind
 KIND_LABELS = {"framework": "frameworks", "quantizer": "strategies", "provider": "providers", "metric": "metrics"}
+
+#: the spec type a :class:`Registered` holds (``registry.get("quantizer", ...)`` is a ``Registered[QuantizerSpec]``)
+SpecT = TypeVar("SpecT", bound=Spec)
 
 
 def _module_missing(module: str) -> bool:
@@ -44,10 +47,10 @@ def _distribution_installed(name: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Registered:
+class Registered(Generic[SpecT]):
     """A spec together with the plugin that gave it."""
 
-    spec: Spec
+    spec: SpecT
     plugin: PluginInfo
 
     @property
@@ -89,12 +92,12 @@ class Registered:
 class Registry:
     """Specs keyed by kind and name, plus the plugins that could not be used."""
 
-    def __init__(self, host: PluginHost):
+    def __init__(self, host: PluginHost) -> None:
         self.host = host
-        self._items: dict[str, dict[str, Registered]] = {kind: {} for kind in HOOKS}
+        self._items: dict[str, dict[str, Registered[Any]]] = {kind: {} for kind in HOOKS}
         #: names claimed twice: two plugins' specs (both withdrawn), or a plugin's spec that a built-in's
         #: name refused (the built-in stays in use; see :meth:`conflict_message`)
-        self.conflicts: dict[tuple[str, str], list[Registered]] = {}
+        self.conflicts: dict[tuple[str, str], list[Registered[Any]]] = {}
         for kind, hook in HOOKS.items():
             for info, result in host.call(hook):
                 self._add(kind, info, result)
@@ -119,7 +122,7 @@ class Registry:
                                                      f"{hook}() returned {spec!r}, expected a {spec_type.__name__} "
                                                      "with a name and a callable factory"))
                 continue
-            entry = Registered(spec, info)
+            entry: Registered[Any] = Registered(spec, info)
             existing = self._items[kind].get(spec.name)
             if existing is not None and existing.plugin.builtin != entry.plugin.builtin:
                 # Built-in names stay with the built-ins: a plugin cannot withdraw (or replace) ``dynamic``.
@@ -135,17 +138,28 @@ class Registry:
                 continue
             self._items[kind][spec.name] = entry
 
-    def all(self, kind: str) -> list[Registered]:
+    @overload
+    def all(self, kind: Literal["framework"]) -> list[Registered[FrameworkSpec]]: ...
+    @overload
+    def all(self, kind: Literal["quantizer"]) -> list[Registered[QuantizerSpec]]: ...
+    @overload
+    def all(self, kind: Literal["provider"]) -> list[Registered[ProviderSpec]]: ...
+    @overload
+    def all(self, kind: Literal["metric"]) -> list[Registered[MetricSpec]]: ...
+    @overload
+    def all(self, kind: str) -> list[Registered[Any]]: ...
+
+    def all(self, kind: str) -> list[Registered[Any]]:
         return sorted(self._items[kind].values(), key=lambda r: r.name)
 
     def names(self, kind: str) -> list[str]:
         return sorted(self._items[kind])
 
-    def __iter__(self) -> Iterator[Registered]:
+    def __iter__(self) -> Iterator[Registered[Any]]:
         for kind in HOOKS:
             yield from self.all(kind)
 
-    def _kept(self, kind: str, name: str) -> Registered | None:
+    def _kept(self, kind: str, name: str) -> Registered[Any] | None:
         """The built-in that kept ``name`` when a plugin also claimed it, else None."""
         entry = self._items[kind].get(name)
         return entry if entry is not None and entry.plugin.builtin else None
@@ -158,9 +172,21 @@ class Registry:
                     f"({owner(kept.plugin)}), which stays in use; the plugin should pick another name")
         who = " and ".join(f"{r.plugin.name} ({r.plugin.distribution} {r.plugin.version})"
                            for r in self.conflicts[(kind, name)])
-        return f"{kind} {name!r} is provided by more than one plugin: {who}; uninstall or block one (ONNXLITE_BLOCK_PLUGINS)"
+        return (f"{kind} {name!r} is provided by more than one plugin: {who}; "
+                "uninstall or block one (ONNXLITE_BLOCK_PLUGINS)")
 
-    def get(self, kind: str, name: str) -> Registered:
+    @overload
+    def get(self, kind: Literal["framework"], name: str) -> Registered[FrameworkSpec]: ...
+    @overload
+    def get(self, kind: Literal["quantizer"], name: str) -> Registered[QuantizerSpec]: ...
+    @overload
+    def get(self, kind: Literal["provider"], name: str) -> Registered[ProviderSpec]: ...
+    @overload
+    def get(self, kind: Literal["metric"], name: str) -> Registered[MetricSpec]: ...
+    @overload
+    def get(self, kind: str, name: str) -> Registered[Any]: ...
+
+    def get(self, kind: str, name: str) -> Registered[Any]:
         """Look up by name; unknown names get a "did you mean" suggestion."""
         if (kind, name) in self.conflicts and not self._kept(kind, name):
             raise PluginConflictError(self.conflict_message(kind, name))

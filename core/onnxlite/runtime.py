@@ -62,7 +62,8 @@ def session_options(settings: SessionSettings) -> ort.SessionOptions:
         raise UsageError(f"--graph-optimization: expected one of {', '.join(GRAPH_OPTIMIZATION_LEVELS)}, "
                          f"got {settings.graph_optimization!r}")
     if settings.execution_mode not in EXECUTION_MODES:
-        raise UsageError(f"--execution-mode: expected one of {', '.join(EXECUTION_MODES)}, got {settings.execution_mode!r}")
+        raise UsageError(f"--execution-mode: expected one of {', '.join(EXECUTION_MODES)}, got "
+                         f"{settings.execution_mode!r}")
     options = ort.SessionOptions()
     if settings.threads:
         if settings.threads < 0:

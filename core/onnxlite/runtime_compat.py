@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import OnnxliteError, UsageError
+from .subgraphs import iter_graphs
 
 if TYPE_CHECKING:
     import onnx
@@ -99,18 +100,8 @@ class RuntimeNeeds:
         return f"{floor} (IR {self.ir_version}; {opsets}{extra})"
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.g.node or attr.g.output:
-                yield from _graphs(attr.g)
-            for sub in attr.graphs:
-                yield from _graphs(sub)
-
-
 def _nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
-    for graph in _graphs(model.graph):
+    for graph in iter_graphs(model.graph):
         yield from graph.node
     for function in model.functions:
         yield from function.node
@@ -119,7 +110,7 @@ def _nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
 def _dtypes(model: onnx.ModelProto) -> set[int]:
     """Every tensor element type the model mentions: tensors, value infos and dtype attributes."""
     found: set[int] = set()
-    for graph in _graphs(model.graph):
+    for graph in iter_graphs(model.graph):
         for tensor in graph.initializer:
             found.add(tensor.data_type)
         for info in (*graph.input, *graph.output, *graph.value_info):

@@ -67,8 +67,9 @@ class Interval:
     @classmethod
     def from_dict(cls, data: Any) -> Interval:
         nan = float("nan")
-        return cls(**{k: (nan if data.get(k) is None and k not in {"method", "samples"} else data.get(k))
-                      for k in cls.__dataclass_fields__})
+        values: dict[str, Any] = {k: (nan if data.get(k) is None and k not in {"method", "samples"} else data.get(k))
+                                  for k in cls.__dataclass_fields__}
+        return cls(**values)
 
 
 def _check_confidence(confidence: float) -> float:

@@ -48,7 +48,7 @@ IMAGES = 10 * PER_CLASS
 
 def MNISTNet():  # noqa: N802 - a class-like factory, named as --model-class expects
     """ccexam's MNIST network (its weights come from the state dict file onnxlite loads)."""
-    from ccexam.models import MNISTNet as Net   # torch only: ccexam's torchvision parts are never imported
+    from ccexam.models import MNISTNet as Net  # torch only: ccexam's torchvision parts are never imported
 
     return Net(input_size=SIZE).eval()
 

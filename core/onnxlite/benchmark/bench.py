@@ -15,7 +15,7 @@ import os
 import platform
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,23 +117,37 @@ class BenchResult:
                       sections=[("How this was measured", "\n".join(f"- {n}" for n in notes))])
 
 
+@dataclass(frozen=True)
+class BenchInputs:
+    """What every model is fed: ``feeds`` (one batch, used as is), else ``data`` (anything
+    :func:`onnxlite.data.load_data` reads, with ``data_options``), else samples generated with ``seed``."""
+
+    data: str | os.PathLike[str] | None = None
+    data_options: Mapping[str, Any] | None = None
+    feeds: Mapping[str, np.ndarray] | None = None
+    seed: int = 0
+
+
 def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int = 128, runs: int = 100,
-          warmup: int = 10, seconds: float | None = None, settings: SessionSettings | None = None,
-          data: str | os.PathLike[str] | None = None, data_options: Mapping[str, Any] | None = None,
-          feeds: Mapping[str, np.ndarray] | None = None,
-          names: Sequence[str] | None = None, runs_per_turn: int | None = None, seed: int = 0,
-          progress: Progress | None = None) -> BenchResult:
+          warmup: int = 10, seconds: float | None = None, settings: SessionSettings | None = None, *,
+          names: Sequence[str] | None = None, runs_per_turn: int | None = None, progress: Progress | None = None,
+          **inputs: Any) -> BenchResult:
     """Benchmark ``models`` interleaved, each in its own worker process.
 
-    Inputs come from ``feeds`` (one batch, used for every model as is),
-    else from ``data`` (anything :func:`onnxlite.data.load_data` reads, with
+    Inputs (``inputs``: the fields of :class:`BenchInputs` as keywords) come from ``feeds`` (one batch,
+    used for every model as is), else from ``data`` (anything :func:`onnxlite.data.load_data` reads, with
     ``data_options``; up to 32 complete batches of ``batch`` samples, cycled),
     else they are generated from each model's input specs (``batch`` rows,
-    ``seq_len`` on the other dynamic axes, later rows padded).
+    ``seq_len`` on the other dynamic axes, later rows padded, drawn with ``seed``).
     ``seconds`` replaces ``runs``: each model is measured for about that
     much running time.  ``progress(fraction, text)`` is called at each step and as turns finish.
     """
     settings = settings or SessionSettings()
+    unknown = sorted(set(inputs) - {f.name for f in fields(BenchInputs)})
+    if unknown:
+        raise TypeError(f"bench() got unexpected keyword argument(s): {', '.join(unknown)}")
+    given = BenchInputs(**inputs)
+    data, data_options, feeds, seed = given.data, given.data_options, given.feeds, given.seed
     _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn)
     from ..modelio import check_model, model_size, op_counts, read_header
     from ..runtime import resolve_providers
@@ -247,7 +261,9 @@ def _write_feeds(target: Path, model: onnx.ModelProto, batch: int, seq_len: int,
                 raise UsageError(f"--data {data}: {len(dataset)} samples, fewer than --batch {batch}")
         else:
             batches = [make_feeds(specs, batch=batch, seq=seq_len, seed=seed, pad=True)]
-    np.savez(target, **{f"b{i}__{name}": array for i, chunk in enumerate(batches) for name, array in chunk.items()})
+    arrays: dict[str, Any] = {f"b{i}__{name}": array for i, chunk in enumerate(batches)
+                              for name, array in chunk.items()}
+    np.savez(target, **arrays)
 
 
 def _axes(model: onnx.ModelProto) -> dict[str, int | None]:
@@ -283,21 +299,27 @@ def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_f
     }
 
 
-def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress) -> None:
-    estimates = []
-    for i, (worker, row) in enumerate(zip(workers, rows)):
-        if warmup:
-            if progress:
-                progress(0.0, f"warming up {row.name}")
-            reply = worker.timed_turn(warmup)
-            if not reply["ok"]:
-                _fail(row, worker, reply["error"])
-                estimates.append(None)
-                continue
-            lat = sorted(reply["latencies_ms"])
-            estimates.append(lat[len(lat) // 2] / 1e3)
-        else:
+def _warm_up(workers, rows, warmup, progress) -> list[float | None]:
+    """Warm each worker up; each one's median warm-up latency in seconds (None without warm-up or on failure)."""
+    estimates: list[float | None] = []
+    for worker, row in zip(workers, rows):
+        if not warmup:
             estimates.append(None)
+            continue
+        if progress:
+            progress(0.0, f"warming up {row.name}")
+        reply = worker.timed_turn(warmup)
+        if not reply["ok"]:
+            _fail(row, worker, reply["error"])
+            estimates.append(None)
+            continue
+        lat = sorted(reply["latencies_ms"])
+        estimates.append(lat[len(lat) // 2] / 1e3)
+    return estimates
+
+
+def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress) -> None:
+    estimates = _warm_up(workers, rows, warmup, progress)
 
     def turn_size(estimate: float | None) -> int:
         if runs_per_turn:

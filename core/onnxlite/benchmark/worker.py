@@ -50,7 +50,7 @@ def peak_rss_bytes() -> int:
 
 class Worker:
     def __init__(self) -> None:
-        self.session = None
+        self.session: Any = None
         self.batches: list[dict[str, Any]] = []
         self.turn = 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any
 
 import click
 
@@ -34,7 +35,8 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show the version and exit.")
-@click.option("--list-plugins", is_flag=True, help="List frameworks, strategies, providers, metrics and broken plugins (`onnxlite plugins` has more).")
+@click.option("--list-plugins", is_flag=True,
+              help="List frameworks, strategies, providers, metrics and broken plugins (`onnxlite plugins` has more).")
 @click.option("--json", "as_json", is_flag=True, help="With --list-plugins: print JSON.")
 @click.option("--debug", is_flag=True, help="Show tracebacks and trace plugin hook calls.")
 @click.pass_context
@@ -74,9 +76,9 @@ def _on_stop_signal(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _handle_stop_signals() -> dict[int, object]:
+def _handle_stop_signals() -> dict[int, Any]:
     """Install :func:`_on_stop_signal` (main thread only); returns the handlers to put back."""
-    previous: dict[int, object] = {}
+    previous: dict[int, Any] = {}
     for name in STOP_SIGNALS:
         number = getattr(signal, name, None)
         if number is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -34,7 +35,8 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
 @session_options
 @json_option
 def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: int, batch: int, seq_len: int,
-          data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None, report_dir: Path | None, provider: str,
+          data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None,
+          report_dir: Path | None, provider: str,
           threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
     """Latency, throughput, load time, memory, size and op count of one or more ONNX models.
 
@@ -42,8 +44,8 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
     process, and compared with the first: size ratio, speedup, memory ratio.
     """
     from ..benchmark.bench import bench as run_bench
-    from ..report.text import render_table
     from ..report.files import write_report
+    from ..report.text import render_table
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
     err = console(stderr=True)
@@ -74,11 +76,11 @@ class _progress:
 
     def __init__(self, err, enabled: bool):
         self.err, self.enabled = err, enabled
-        self.bar = None
+        self.bar: Any = None
 
     def __enter__(self):
         if not self.enabled:
-            seen = {"name": None, "quarter": -1}
+            seen: dict[str, Any] = {"name": None, "quarter": -1}
 
             def lines(fraction: float, name: str) -> None:
                 # "measuring A", "measuring B"... alternate every turn: a new step is a new verb, or

@@ -57,9 +57,9 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     1 - value for similarities and agreements, reference minus candidate for
     accuracy, and the value itself for absolute differences (docs/metrics.md).
     """
-    from ..evaluation.compare import compare as run_compare
     from rich.markup import escape
 
+    from ..evaluation.compare import compare as run_compare
     from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
@@ -75,25 +75,19 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
                              data_options=options, samples=samples,
                              batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
                              seed=seed, confidence=confidence, progress=lambda msg: status.update(f"{msg}..."))
-        nodes = _per_node(reference, candidates[0], data, metrics, settings, options, samples, batch_size,
-                          old_batch_size, seq_len, seed, status) if per_node else None
+        nodes = _per_node(reference, candidates[0], data, metrics, settings, options, samples,
+                          batch_size if old_batch_size is None else old_batch_size, seq_len, seed,
+                          status) if per_node else None
     result.reference = reference   # a reference loaded here is named by what the user typed
     paths = None
     if report_dir:
         from ..report.files import write_report
 
-        report = result.to_report()
-        if nodes is not None:
-            report.sections.append(("Error by node", nodes.markdown()))
-            report.charts.append(("Error by node (worst first)", nodes.chart_svg()))
-            report.details.setdefault(result.candidates[0].name, {})["per_node"] = nodes.to_dict()
-        paths = write_report(report, report_dir)
+        paths = write_report(_with_per_node(result.to_report(), nodes, result.candidates[0].name), report_dir)
     if as_json:
         from .common import emit_json
 
-        payload = result.to_dict()
-        if nodes is not None:
-            payload["per_node"] = nodes.to_dict()
+        payload = result.to_dict() | ({"per_node": nodes.to_dict()} if nodes is not None else {})
         if paths:
             payload["report"] = {k: str(v) for k, v in paths.items()}
         emit_json(payload)
@@ -105,10 +99,7 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         for c in result.candidates:
             for note in c.notes:
                 out.print(f"[yellow]{c.name}[/]: {note}")
-        if nodes is not None:
-            click.echo("\n".join(nodes.table_lines()))
-            for note in nodes.notes:
-                out.print(f"[yellow]note[/]: {escape(note)}")
+        _print_per_node(out, nodes)
         if paths:
             out.print(f"report: {paths['html']}")
     if result.passed is False:
@@ -120,15 +111,33 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         click.echo("PASS: every candidate is within --max-drop", err=True)
 
 
-def _per_node(reference, candidate, data, metrics, settings, options, samples, batch_size, old_batch_size,
-              seq_len, seed, status):
-    """``--per-node``: one implementation, :func:`onnxlite.evaluation.per_node.per_node_compare`."""
+def _per_node(reference, candidate, data, metrics, settings, options, samples, batch_size, seq_len, seed, status):
+    """``--per-node``: one implementation, :func:`onnxlite.evaluation.per_node.per_node_compare`, on the
+    same samples and metrics as the table."""
     from ..evaluation.per_node import per_node_compare
 
     return per_node_compare(reference, candidate, data, metrics=list(metrics) or None, settings=settings,
-                            data_options=options, samples=samples,
-                            batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
+                            data_options=options, samples=samples, batch_size=batch_size, seq_len=seq_len,
                             seed=seed, progress=lambda msg: status.update(f"per node: {msg}..."))
+
+
+def _with_per_node(report, nodes, name: str):
+    """``report`` with the per-node list, its chart and its data (under ``details[name]``), when measured."""
+    if nodes is not None:
+        report.sections.append(("Error by node", nodes.markdown()))
+        report.charts.append(("Error by node (worst first)", nodes.chart_svg()))
+        report.details.setdefault(name, {})["per_node"] = nodes.to_dict()
+    return report
+
+
+def _print_per_node(out, nodes) -> None:
+    from rich.markup import escape
+
+    if nodes is None:
+        return
+    click.echo("\n".join(nodes.table_lines()))
+    for note in nodes.notes:
+        out.print(f"[yellow]note[/]: {escape(note)}")
 
 
 def _reference(reference: str, framework: str, inputs, model_class, framework_options, settings):

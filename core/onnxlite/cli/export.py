@@ -43,7 +43,8 @@ def export(source: str, output: str, framework: str, inputs: tuple[str, ...], op
                             exporter=exporter, samples=samples, atol=DEFAULT_ATOL if atol is None else atol,
                             rtol=DEFAULT_RTOL if rtol is None else rtol, verify=not no_verify,
                             model_class=model_class, external_data=external_data or None, settings=settings,
-                            framework_options=list(framework_options) or None, on_step=lambda message: status.update(f"{message}..."))
+                            framework_options=list(framework_options) or None,
+                            on_step=lambda message: status.update(f"{message}..."))
     if as_json:
         emit_json(result.to_dict())
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -74,7 +75,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             data_options=option_pairs(data_options, "--data-option"),
             calibration=calibration,
             calibration_options=option_pairs(calibration_options, "--calibration-option"),
-            settings=settings, strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
+            settings=settings,
+            strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
             partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
             confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime)
@@ -86,7 +88,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
         out = console()
         out.print(_table(result, out.width))
         # every budgeted default says why it judges (a detector head's worst-slice budget beside cosine)
-        whys, judged = (result.evidence or {}).get("metric_why", {}), {}
+        whys = (result.evidence or {}).get("metric_why", {})
+        judged: dict[str, Any] = {}
         for key in [result.primary_metric, *(k for k in result.budgets if k != result.primary_metric)]:
             if whys.get(key):
                 judged.setdefault(whys[key], []).append(key)
@@ -194,7 +197,7 @@ class _Progress:
         self.err = err
         self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), console=err, transient=True)
-        self.task = None
+        self.task: Any = None
 
     def __enter__(self) -> _Progress:
         self.bar.__enter__()
@@ -204,7 +207,7 @@ class _Progress:
     def __exit__(self, *exc: Any) -> None:
         self.bar.__exit__(*exc)
 
-    def event(self, kind: str, info: dict) -> None:
+    def event(self, kind: str, info: Mapping[str, Any]) -> None:
         from rich.markup import escape
 
         raw, info = info, {k: escape(v) if isinstance(v, str) else v for k, v in info.items()}
@@ -221,11 +224,11 @@ class _Progress:
             self.bar.update(self.task, description=f"candidate {info['name']}")
         elif kind == "candidate_done":
             self.bar.advance(self.task)
-            primary = info.get("primary")
+            primary: str | None = info.get("primary")
             value = info["metrics"].get(primary) if primary else None
             # one line at 80 columns: metric keys lose their output's name (the final table has them whole)
             prefixes = sorted({k.rsplit(".", 1)[0] + "." for k in info["metrics"] if "." in k}, key=len, reverse=True)
-            figure = f" {primary.rsplit('.', 1)[-1]}={value:.4f}" if isinstance(value, float) else ""
+            figure = f" {primary.rsplit('.', 1)[-1]}={value:.4f}" if primary and isinstance(value, float) else ""
             style = {"ok": "green", "rejected": "yellow", "failed": "red"}.get(info["status"], "white")
             reason = ""
             if info["status"] != "ok" and info["reason"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -29,12 +30,12 @@ def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, f
     run again keeps the models that finished and runs the rest.
     Exits 1 unless every model got a winner.
     """
-    from ..sweep import sweep as run_sweep
+    from ..sweeps.run import sweep as run_sweep
     from .common import console
 
     err = console(stderr=True)
 
-    def event(kind: str, info: dict) -> None:
+    def event(kind: str, info: Mapping[str, Any]) -> None:
         from rich.markup import escape
 
         name = escape(str(info.get("name", "")))
@@ -57,7 +58,7 @@ def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, f
 
         emit_json(result.to_dict())
     else:
-        from ..sweep.summary import render_table
+        from ..sweeps.summary import render_table
 
         out = console()
         out.print(render_table(result))

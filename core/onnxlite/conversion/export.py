@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -210,14 +210,28 @@ def load_for_export(source: str | os.PathLike[str], framework: str = "auto", *,
     return load_source(str(source), framework, load_options, framework_options)
 
 
-def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, framework: str = "auto",
-           inputs: Sequence[InputSpec | str] | None = None, opset: int | None = None, exporter: str | None = None,
-           samples: Any = None, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, verify: bool = True,
-           model_class: str | None = None, external_data: bool | None = None,
-           settings: SessionSettings | None = None, options: Mapping[str, Any] | None = None,
-           framework_options: Mapping[str, Any] | Sequence[str] | None = None,
-           on_step: Callable[[str], None] | None = None, loaded: LoadedSource | None = None) -> ExportResult:
+@dataclass(frozen=True)
+class ExportOptions:
+    """How :func:`export` loads its source and checks what it wrote (its keywords besides the run's own)."""
+
+    framework: str = "auto"
+    inputs: Sequence[InputSpec | str] | None = None
+    model_class: str | None = None
+    options: Mapping[str, Any] | None = None
+    framework_options: Mapping[str, Any] | Sequence[str] | None = None
+    samples: Any = None
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    verify: bool = True
+
+
+def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, opset: int | None = None,
+           exporter: str | None = None, external_data: bool | None = None, settings: SessionSettings | None = None,
+           on_step: Callable[[str], None] | None = None, loaded: LoadedSource | None = None,
+           **given: Any) -> ExportResult:
     """Export ``source`` to ``output`` (an ``.onnx`` path) and verify it in onnxruntime.
+
+    ``given`` are the fields of :class:`ExportOptions` as keywords:
 
     ``inputs`` are ``NAME:DTYPE[dims]`` strings or InputSpecs (else derived from
     the model); ``samples`` real inputs (``.npz``) used for verification;
@@ -230,6 +244,11 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
     :func:`load_for_export` (``lighten`` loads it once for the export and its judge);
     ``framework``, ``inputs``, ``model_class``, ``options`` and ``framework_options`` are then unused.
     """
+    unknown = sorted(set(given) - {f.name for f in fields(ExportOptions)})
+    if unknown:
+        raise TypeError(f"export() got unexpected keyword argument(s): {', '.join(unknown)}")
+    how = ExportOptions(**given)
+    atol, rtol, samples = how.atol, how.rtol, how.samples
     from ..atomic import scratch_dir
     from ..modelio import external_data_files, load_model, model_size, save_model, set_metadata
     from .verify import verify as run_verify
@@ -245,8 +264,8 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
         raise UsageError(f"--opset {opset}: expected an opset between 7 and 23")
     if loaded is None:
         step(f"Loading {source}")
-        loaded = load_for_export(source, framework, inputs=inputs, model_class=model_class, settings=settings,
-                                 options=options, framework_options=framework_options)
+        loaded = load_for_export(source, how.framework, inputs=how.inputs, model_class=how.model_class,
+                                 settings=settings, options=how.options, framework_options=how.framework_options)
     specs = loaded.input_specs
     feeds_list = sample_sets(specs, samples)
     step("Computing reference outputs")
@@ -279,7 +298,7 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, fr
         del model
 
         verification = None
-        if verify:
+        if how.verify:
             step("Verifying in onnxruntime")
             verification = run_verify(None, staged, feeds_list, atol, rtol, settings, references)
             if not verification.passed:

@@ -73,7 +73,7 @@ def count_rows(chunk: Mapping[str, Any], axes: Axes | None = None) -> int:
     return 1 if chunk else 0
 
 
-def concat_rows(parts: list[Mapping[str, Any]], axes: Axes | None = None) -> dict[str, Any]:
+def concat_rows(parts: Sequence[Mapping[str, Any]], axes: Axes | None = None) -> dict[str, Any]:
     """Feed dicts joined on each input's sample axis (a scalar or constant is kept once)."""
     import numpy as np
 
@@ -264,8 +264,8 @@ def _check_chunk(chunk: Mapping[str, Any], inputs: Sequence[InputSpec], where: s
                 raise UsageError(f"{where}: input {spec.name!r} has size {array.shape[axis]} on axis {axis}, "
                                  f"the model expects {dim} (model shape {list(spec.shape)})")
     axes = {spec.name: spec.batch_axis for spec in inputs}
-    sizes = {spec.name: chunk[spec.name].shape[axis] for spec in inputs
-             if (axis := axis_of(spec.name, chunk[spec.name], axes)) is not None}
+    sizes = {spec.name: chunk[spec.name].shape[found] for spec in inputs
+             if (found := axis_of(spec.name, chunk[spec.name], axes)) is not None}
     if len(set(sizes.values())) > 1:
         raise UsageError(f"{where}: inputs disagree on the number of samples ({sizes})")
 

@@ -96,11 +96,12 @@ class _Plan:
         if options.get("size"):
             self.size: tuple[int, int] | None = _parse_size(options["size"], where)
             fixed = [d for d in spatial if isinstance(d, int)]
-            if spec and fixed and tuple(d if isinstance(d, int) else s for d, s in zip(spatial, self.size)) != self.size:
+            wanted = tuple(d if isinstance(d, int) else s for d, s in zip(spatial, self.size))
+            if spec and fixed and wanted != self.size:
                 raise UsageError(f"{where}: size={options['size']} does not fit input {self.name!r} "
                                  f"of shape {list(shape)}")
-        elif all(isinstance(d, int) for d in spatial):
-            self.size = (int(spatial[0]), int(spatial[1]))
+        elif isinstance(spatial[0], int) and isinstance(spatial[1], int):
+            self.size = (spatial[0], spatial[1])
         else:
             self.size = None  # keep each image's size (they must then agree)
 

@@ -172,7 +172,8 @@ def _load_python(ref: str) -> Dataset:
             except Exception as exc:
                 raise UsageError(f"data {ref!r}: calling it failed: {type(exc).__name__}: {exc}") from exc
             if not isinstance(result, Iterable) or isinstance(result, (str, bytes, Mapping)):
-                raise UsageError(f"data {ref!r}: returned a {type(result).__name__}, expected an iterable of feed dicts")
+                raise UsageError(f"data {ref!r}: returned a {type(result).__name__}, expected an iterable of feed "
+                                 f"dicts")
             return result
     elif isinstance(obj, Mapping):
         produce = lambda: [obj]  # noqa: E731 - one feed dict holding every sample

@@ -42,8 +42,8 @@ def load_text(path: Path, inputs: Sequence[InputSpec] | None, options: dict[str,
     """An in-memory :class:`~onnxlite.data.Dataset` of the tokenized lines of ``path``."""
     import numpy as np
 
-    from .dataset import Dataset
     from ..inputs import guess_role
+    from .dataset import Dataset
 
     where = str(path)
     if not options.get("tokenizer"):

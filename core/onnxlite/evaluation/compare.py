@@ -9,17 +9,23 @@ This module holds the one-call :func:`compare` the CLI uses and its result.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..stats import DEFAULT_CONFIDENCE
-from .judge import DEFAULT_BATCH, DEFAULT_SEQ, CandidateResult, Judge, Progress, _clean, _split_batches
+from .judge import (
+    CandidateResult,
+    Judge,
+    Progress,
+    ReferenceOptions,
+    _clean,
+    _split_batches,
+)
 
 if TYPE_CHECKING:
-    from ..inputs import InputSpec
     from ..report.model import Report
     from ..runtime import SessionSettings
 
@@ -123,12 +129,9 @@ class CompareResult:
 
 def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
             data: Any = None, metrics: Sequence[str] | None = None, max_drop: Any = None,
-            settings: SessionSettings | None = None, *, framework: str = "auto",
-            source_options: Mapping[str, Any] | None = None, data_options: Mapping[str, Any] | None = None,
-            inputs: Sequence[InputSpec] | None = None, primary: str | None = None,
-            samples: int | None = None, batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ,
-            seed: int = 0, placement: bool | None = None, confidence: float | None = DEFAULT_CONFIDENCE,
-            progress: Progress | None = None) -> CompareResult:
+            settings: SessionSettings | None = None, *, primary: str | None = None, placement: bool | None = None,
+            confidence: float | None = DEFAULT_CONFIDENCE, progress: Progress | None = None,
+            **reference_options: Any) -> CompareResult:
     """Score each candidate ONNX model against ``reference``.
 
     ``metrics``: metric names (``top1_agreement``) or keys
@@ -142,10 +145,14 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     cannot resolve at all is held to the measured drop and named in ``notes``;
     None judges by the measured drop alone.  ``placement``: report nodes that
     fall back to the CPU (default: whenever ``settings`` asks for a non-CPU provider).
+    ``reference_options``: how the reference loads and which samples it runs on, the fields of
+    :class:`~onnxlite.evaluation.judge.ReferenceOptions` (``framework``, ``source_options``,
+    ``data_options``, ``inputs``, ``samples``, ``batch_size``, ``seq_len``, ``seed``).
     """
     from ..modelio import check_model, model_size
     from ..runtime import SessionSettings, resolve_providers
 
+    how = ReferenceOptions.of(None, reference_options)   # an unknown keyword fails before any work
     if isinstance(candidates, (str, os.PathLike)):
         candidates = [candidates]
     candidates = [str(c) for c in candidates]
@@ -160,10 +167,9 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     settings = settings or SessionSettings()
     resolve_providers(settings)  # an unavailable provider is an error before the reference runs
     say = progress or (lambda _msg: None)
-    judge = Judge.from_reference(reference, data, candidates[0], framework=framework, source_options=source_options,
-                                 data_options=data_options, inputs=inputs, metrics=metrics, max_drop=max_drop,
-                                 primary=primary, settings=settings, samples=samples, batch_size=batch_size,
-                                 seq_len=seq_len, seed=seed, progress=say)
+    how = ReferenceOptions.of(how, {"settings": settings})
+    judge = Judge.from_reference(reference, data, candidates[0], metrics=metrics, max_drop=max_drop,
+                                 primary=primary, progress=say, how=how)
     unresolved, notes = _set_confidence(judge, confidence)
     names = _names(candidates)
     check_placement = settings.provider != "cpu" if placement is None else placement
@@ -176,7 +182,8 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     # Only an ONNX reference has an ONNX size; a .keras/.pt file is not a ModelProto.
     ref_size = (model_size(judge.reference_path) if judge.framework == "onnx" and judge.reference_path
                 and Path(judge.reference_path).is_file() else None)
-    return CompareResult(reference=str(reference) if isinstance(reference, (str, os.PathLike)) else judge.reference_name,
+    named = str(reference) if isinstance(reference, (str, os.PathLike)) else judge.reference_name
+    return CompareResult(reference=named,
                          framework=judge.framework, primary_metric=judge.primary,
                          reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
                          samples=judge.samples, data=judge.data_description,
@@ -209,12 +216,13 @@ def _set_confidence(judge: Judge, confidence: float | None) -> tuple[dict[str, A
     return unresolved, notes
 
 
-def _names(paths: Sequence[str]) -> list[str]:
+def _names(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     stems = [Path(p).stem for p in paths]
-    return [stem if stems.count(stem) == 1 else p for stem, p in zip(stems, paths)]
+    return [stem if stems.count(stem) == 1 else os.fspath(p) for stem, p in zip(stems, paths)]
 
 
-def _add_placement(result: CandidateResult, path: str, settings: SessionSettings, judge: Judge, check: bool) -> None:
+def _add_placement(result: CandidateResult, path: str | os.PathLike[str], settings: SessionSettings, judge: Judge,
+                   check: bool) -> None:
     from ..placement import format_advice, model_format
 
     result.format = model_format(path)

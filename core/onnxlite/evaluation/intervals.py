@@ -24,8 +24,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..stats import (DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Interval, Resolution, bootstrap_interval,
-                    paired_rate_interval, point_interval, rate_resolution, resample_indices)
+from ..stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    Interval,
+    Resolution,
+    bootstrap_interval,
+    paired_rate_interval,
+    point_interval,
+    rate_resolution,
+    resample_indices,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,7 +61,8 @@ class Parts:
 
 
 def split_parts(samples: int, fraction: float = SELECT_FRACTION, seed: int = 0) -> Parts:
-    """A seeded permutation of ``range(samples)`` cut into select and confirm parts (both non-empty when samples >= 2)."""
+    """A seeded permutation of ``range(samples)`` cut into select and confirm parts (both non-empty when samples >=
+    2)."""
     import numpy as np
 
     if samples < 2:
@@ -111,7 +121,7 @@ def _reducer(whole: float, values: np.ndarray) -> str | None:
 
 def metric_interval(metric: ResolvedMetric, reference: np.ndarray, candidate: np.ndarray, context: Any,
                     *, confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
-                    seed: int = 0, index: Sequence[int] | None = None) -> Interval:
+                    seed: int = 0, index: Sequence[int] | np.ndarray | None = None) -> Interval:
     """The interval of ``metric``'s drop for one candidate, on the samples ``index`` (default: all)."""
     import numpy as np
 
@@ -128,17 +138,22 @@ def metric_interval(metric: ResolvedMetric, reference: np.ndarray, candidate: np
         return point_interval(estimate, n, confidence)
     ref_values = per_sample_scores(metric, ref, ref, ctx)
     cand_values = per_sample_scores(metric, ref, cand, ctx)
-    how = _reducer(whole_cand, cand_values) if ref_values is not None else None
-    if how is not None and _reducer(whole_ref, ref_values) != how and not np.allclose(ref_values, ref_values[0]):
+    if ref_values is None or cand_values is None:
         how = None
+    else:
+        how = _reducer(whole_cand, cand_values)
+        if how is not None and _reducer(whole_ref, ref_values) != how and not np.allclose(ref_values, ref_values[0]):
+            how = None
     sign = 1.0 if metric.higher_is_better else -1.0
-    if how == "mean" and np.all(np.isin(cand_values, (0.0, 1.0))) and np.all(np.isin(ref_values, (0.0, 1.0))):
+    binary = (ref_values is not None and cand_values is not None
+              and np.all(np.isin(cand_values, (0.0, 1.0))) and np.all(np.isin(ref_values, (0.0, 1.0))))
+    if how == "mean" and binary:
         good = sign > 0
         lost = int(np.sum((ref_values == (1.0 if good else 0.0)) & (cand_values == (0.0 if good else 1.0))))
         gained = int(np.sum((ref_values == (0.0 if good else 1.0)) & (cand_values == (1.0 if good else 0.0))))
         return paired_rate_interval(lost, gained, n, confidence)
-    if how is not None:
-        reduce = {"mean": np.mean, "min": np.min, "max": np.max}[how]
+    if how is not None and ref_values is not None and cand_values is not None:
+        reduce: Any = {"mean": np.mean, "min": np.min, "max": np.max}[how]
         draws = resample_indices(n, resamples, seed)
         values = sign * (reduce(ref_values[draws], axis=-1) - reduce(cand_values[draws], axis=-1))
         from ..stats import percentile_interval
@@ -186,7 +201,8 @@ def companion(metrics: Sequence[ResolvedMetric], primary: str) -> str | None:
 def intervals_for(metrics: Sequence[ResolvedMetric], reference: Mapping[str, np.ndarray],
                   candidate: Mapping[str, np.ndarray], context_for: Any, *,
                   confidence: float = DEFAULT_CONFIDENCE, seed: int = 0,
-                  index: Sequence[int] | None = None, keys: Sequence[str] | None = None) -> dict[str, Interval]:
+                  index: Sequence[int] | np.ndarray | None = None,
+                  keys: Sequence[str] | None = None) -> dict[str, Interval]:
     """Intervals of every metric's drop (or only ``keys``), one candidate, on the samples ``index``."""
     out = {}
     for m in metrics:

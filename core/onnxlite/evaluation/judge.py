@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,30 @@ Progress = Callable[[str], None]
 DEFAULT_SAMPLES = 32
 DEFAULT_BATCH = 8
 DEFAULT_SEQ = 16
+
+
+@dataclass(frozen=True)
+class ReferenceOptions:
+    """How :meth:`Judge.run_reference` loads the reference and which samples it runs it on."""
+
+    framework: str = "auto"
+    source_options: Mapping[str, Any] | None = None
+    data_options: Mapping[str, Any] | None = None
+    inputs: Sequence[InputSpec] | None = None
+    settings: SessionSettings | None = None
+    samples: int | None = None          # at most this many (None: all the data, or the default generated count)
+    batch_size: int = DEFAULT_BATCH
+    seq_len: int = DEFAULT_SEQ          # generated text inputs' length
+    seed: int = 0
+
+    @classmethod
+    def of(cls, base: ReferenceOptions | None, overrides: Mapping[str, Any]) -> ReferenceOptions:
+        """``base`` (default: all defaults) with ``overrides``, its fields given as keywords."""
+        try:
+            return replace(base or cls(), **overrides)
+        except TypeError:
+            unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}") from None
 
 
 @dataclass
@@ -83,7 +107,7 @@ def _clean(values: Mapping[str, float]) -> dict[str, float | None]:
     return {k: (None if v is None or not math.isfinite(v) else float(v)) for k, v in values.items()}
 
 
-def _concat(parts: list[Mapping[str, np.ndarray]], what: str,
+def _concat(parts: Sequence[Mapping[str, np.ndarray]], what: str,
             axes: Mapping[str, int | None] | None = None) -> dict[str, np.ndarray]:
     """Batches joined on each array's sample axis (``axes``: those not on 0; None keeps a scalar once)."""
     import numpy as np
@@ -134,7 +158,7 @@ def batch_first(outputs: Mapping[str, np.ndarray], axes: Mapping[str, int | None
     """Outputs with their sample axis first, as metrics and intervals read them (scalars as they are)."""
     import numpy as np
 
-    return {k: (np.moveaxis(v, axes[k], 0) if axes.get(k) else v) for k, v in outputs.items()}
+    return {k: (np.moveaxis(v, axis, 0) if (axis := axes.get(k)) else v) for k, v in outputs.items()}
 
 
 class Judge:
@@ -174,32 +198,26 @@ class Judge:
 
     @classmethod
     def from_reference(cls, reference: Any, data: Any = None, candidate: str | os.PathLike[str] | None = None, *,
-                       framework: str = "auto", source_options: Mapping[str, Any] | None = None,
-                       data_options: Mapping[str, Any] | None = None, inputs: Sequence[InputSpec] | None = None,
                        metrics: Sequence[str] | None = None, max_drop: Any = None, primary: str | None = None,
-                       settings: SessionSettings | None = None, samples: int | None = None,
-                       batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ, seed: int = 0,
-                       progress: Progress | None = None) -> Judge:
+                       progress: Progress | None = None, how: ReferenceOptions | None = None,
+                       **options: Any) -> Judge:
         """Run ``reference`` (ONNX path, framework source, or a loaded ``SourceModel``) on the data.
 
         ``data`` is anything :func:`onnxlite.data.load_data` reads, a
         :class:`~onnxlite.data.Dataset`, or None for generated samples (from
         the reference's input specs, or ``candidate``'s when the reference
-        cannot describe them).
+        cannot describe them).  How the reference loads and which samples it runs on is
+        :class:`ReferenceOptions` (``how``), or its fields as keywords (``framework=``, ``samples=``...).
         """
-        run = cls.run_reference(reference, data, candidate, framework=framework, source_options=source_options,
-                                data_options=data_options, inputs=inputs, settings=settings, samples=samples,
-                                batch_size=batch_size, seq_len=seq_len, seed=seed, progress=progress)
-        return cls.from_run(run, candidate, metrics=metrics, max_drop=max_drop, primary=primary, settings=settings,
-                            batch_size=batch_size)
+        how = ReferenceOptions.of(how, options)
+        run = cls.run_reference(reference, data, candidate, progress=progress, how=how)
+        return cls.from_run(run, candidate, metrics=metrics, max_drop=max_drop, primary=primary,
+                            settings=how.settings, batch_size=how.batch_size)
 
     @staticmethod
     def run_reference(reference: Any, data: Any = None, candidate: str | os.PathLike[str] | None = None, *,
-                      framework: str = "auto", source_options: Mapping[str, Any] | None = None,
-                      data_options: Mapping[str, Any] | None = None, inputs: Sequence[InputSpec] | None = None,
-                      settings: SessionSettings | None = None, samples: int | None = None,
-                      batch_size: int = DEFAULT_BATCH, seq_len: int = DEFAULT_SEQ, seed: int = 0,
-                      progress: Progress | None = None) -> ReferenceRun:
+                      progress: Progress | None = None, how: ReferenceOptions | None = None,
+                      **options: Any) -> ReferenceRun:
         """The first half of :meth:`from_reference`: the reference's outputs on the data, no judge yet.
 
         ``lighten`` runs it on the loaded source before exporting, and builds the
@@ -207,14 +225,17 @@ class Judge:
         """
         from ..data.dataset import count_rows
 
-        ref = ReferenceModel.load(reference, framework, source_options, settings, inputs)
+        how = ReferenceOptions.of(how, options)
+        ref = ReferenceModel.load(reference, how.framework, how.source_options, how.settings, how.inputs)
         specs = ref.specs(candidate)
         axes = {s.name: s.batch_axis for s in specs if s.batch_axis != 0}
         # a fixed batch axis (an Ultralytics export's 1) caps every batch the judge runs
-        fixed = [s.shape[s.batch_axis] for s in specs if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
+        fixed = [int(s.shape[s.batch_axis]) for s in specs
+                 if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
         cap = min(fixed) if fixed else None
-        batch_size = min(batch_size, cap) if cap else batch_size
-        batches, labels, description = _prepare_data(data, specs, data_options, samples, batch_size, seq_len, seed)
+        batch_size = min(how.batch_size, cap) if cap else how.batch_size
+        batches, labels, description = _prepare_data(data, specs, how.data_options, how.samples, batch_size,
+                                                     how.seq_len, how.seed)
         say = progress or (lambda _msg: None)
         say(f"running the {ref.framework} reference on {description}")
         raw = [ref.run(b) for b in batches]
@@ -354,7 +375,7 @@ def _rename_like(outputs: dict[str, np.ndarray], candidate: str | os.PathLike[st
     return outputs
 
 
-def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, Any] | None, samples: int,
+def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, Any] | None, samples: int | None,
                   batch_size: int, seq_len: int, seed: int) -> tuple[list[dict[str, np.ndarray]], Any, str]:
     """Batches of feeds, labels (or None) and a description of where they came from."""
     from ..data import Dataset, load_data

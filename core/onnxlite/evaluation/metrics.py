@@ -42,7 +42,8 @@ KIND_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
                   "[batch, dim] named as an embedding: argmax means nothing there, direction does"),
     "scalar": (("cosine_mean", "cosine_min"), ("scalar_abs_error",),
                "one value per sample: cosine of one number is its sign, so absolute error"),
-    "class sequence": (("top1_agreement", "top5_agreement"), ("frame_agreement", "ctc_agreement", "slice_rel_error_max"),
+    "class sequence": (("top1_agreement", "top5_agreement"),
+                       ("frame_agreement", "ctc_agreement", "slice_rel_error_max"),
                        "[batch, frames, classes]: the class of each frame"),
     "sequence": (("top1_agreement", "top5_agreement"), ("slice_rel_error_max",),
                  "[batch, frames, features] without a mask: every frame weighs the same"),
@@ -179,26 +180,21 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
                 continue
             metric = None
             for output in outputs:
-                left_out, brought_in, why = KIND_RULES[kinds[output]]
-                builtin = entry.plugin.builtin
-                if getattr(entry.spec, "default", True):
-                    if builtin and entry.name in left_out:
-                        continue
-                elif not (builtin and entry.name in brought_in):
+                if not _default_for(entry, kinds[output]):
                     continue
                 metric = metric or entry.create()
                 if _applies(metric, entry.name, reference_outputs[output], context(output)):
-                    budget = KIND_BUDGETS.get(kinds[output], {}).get(entry.name) if builtin else None
-                    add(output, entry, f"{output} is {kinds[output]} ({why})", budget)
+                    budget = KIND_BUDGETS.get(kinds[output], {}).get(entry.name) if entry.plugin.builtin else None
+                    add(output, entry, f"{output} is {kinds[output]} ({KIND_RULES[kinds[output]][2]})", budget)
         if not resolved:
             raise UsageError("no metric applies to the model's outputs "
                              f"({', '.join(outputs)}); name one with --metric OUTPUT.METRIC")
         return _ordered(resolved, outputs)
     for request in requested:
-        output, name = _split_request(request, outputs, registry.names("metric"))
+        forced, name = _split_request(request, outputs, registry.names("metric"))
         entry = registry.get("metric", name)
-        if output is not None:
-            add(output, entry)
+        if forced is not None:
+            add(forced, entry)
             continue
         metric = entry.create()
         hits = [o for o in outputs if _applies(metric, name, reference_outputs[o], context(o))]
@@ -208,6 +204,16 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
         for o in hits:
             add(o, entry)
     return list(resolved.values())
+
+
+def _default_for(entry: Any, kind: str) -> bool:
+    """Whether a registered metric is used by default on an output of ``kind``: a metric marked ``default``
+    unless the kind's rule leaves that built-in out, or a non-default built-in the rule brings in."""
+    left_out, brought_in, _why = KIND_RULES[kind]
+    builtin = entry.plugin.builtin
+    if getattr(entry.spec, "default", True):
+        return not (builtin and entry.name in left_out)
+    return bool(builtin and entry.name in brought_in)
 
 
 def _applies(metric: Any, name: str, reference: np.ndarray, context: MetricContext) -> bool:
@@ -249,7 +255,8 @@ def compute(metric: ResolvedMetric, reference: np.ndarray, candidate: np.ndarray
     except UsageError:
         raise
     except Exception as exc:
-        raise UsageError(f"metric {metric.name!r} on output {metric.output!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise UsageError(f"metric {metric.name!r} on output {metric.output!r} failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
 
 
 def drop(metric: ResolvedMetric, reference_score: float, candidate_score: float) -> float:

@@ -220,8 +220,8 @@ def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.Pat
             total = len(groups.nodes)
             for k, (name, _op, _out) in enumerate(groups.nodes, 1):
                 say(f"node {k} of {total}: {name}")
-                mine = set(groups.own[name])
-                for tag, drop, into in (("alone", every - mine, alone), ("float", mine, left_float)):
+                own = set(groups.own[name])
+                for tag, drop, into in (("alone", every - own, alone), ("float", own, left_float)):
                     path = work / f"{tag}.onnx"
                     onnx.save(without_qdq(qdq, drop, reference), str(path))
                     into[name] = judge.drops(judge.score(path))
@@ -263,22 +263,19 @@ def rank_nodes(float_model: str | os.PathLike[str], candidate: str | os.PathLike
 
 
 def per_node_compare(reference: str | os.PathLike[str], candidate: str | os.PathLike[str], data: Any = None, *,
-                     metrics: Sequence[str] | None = None, settings: Any = None,
-                     data_options: dict[str, Any] | None = None, samples: int | None = None, batch_size: int = 8,
-                     seq_len: int = 16, seed: int = 0, activation_samples: int = 8, isolate: bool = True,
-                     progress: Progress | None = None) -> PerNodeResult:
+                     metrics: Sequence[str] | None = None, activation_samples: int = 8, isolate: bool = True,
+                     progress: Progress | None = None, **options: Any) -> PerNodeResult:
     """:func:`per_node_errors` from paths and data, as ``compare --per-node`` takes them.
 
     ``reference`` must be the float ONNX model ``candidate`` was quantized from: its tensors and weights are
-    matched by name.
+    matched by name.  ``options``: how the samples are read and run, the fields of
+    :class:`~onnxlite.evaluation.judge.ReferenceOptions` as keywords (``settings=``, ``samples=``...).
     """
     from .judge import Judge
 
     if not str(reference).lower().endswith(".onnx") or not Path(reference).is_file():
         raise UsageError(f"--per-node: REFERENCE {reference} must be the float .onnx model the candidate was "
                          "quantized from (its tensors and weights are matched by name)")
-    judge = Judge.from_reference(str(reference), data, str(candidate), data_options=data_options, metrics=metrics,
-                                 settings=settings, samples=samples, batch_size=batch_size, seq_len=seq_len,
-                                 seed=seed, progress=progress)
+    judge = Judge.from_reference(str(reference), data, str(candidate), metrics=metrics, progress=progress, **options)
     return per_node_errors(reference, candidate, judge, activation_samples=activation_samples, isolate=isolate,
                            progress=progress)

@@ -71,6 +71,6 @@ def run_bench(models: list[Any], names: Sequence[str] | None, options: dict[str,
     from ..benchmark.bench import bench
 
     with tempfile.TemporaryDirectory(prefix="onnxlite-bench-models-") as tmp:
-        paths = [materialize(m, Path(tmp) / f"m{i}") for i, m in enumerate(models)]
+        paths = [str(materialize(m, Path(tmp) / f"m{i}")) for i, m in enumerate(models)]
         result = bench(paths, names=names, **options)
     return result, node_info()

@@ -41,7 +41,3 @@ def unpack(packed: Packed, folder: str | os.PathLike[str]) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     return folder / packed["name"]
-
-
-def packed_bytes(packed: Packed) -> int:
-    return sum(len(data) for data in packed["files"].values())

@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,11 +102,12 @@ def strategies() -> list[Registered]:
 
 
 def applicable_strategies(model: Any, available_only: bool = True) -> list[Registered]:
-    """Strategies whose ``applies_to`` fits the model's graph family (see :func:`onnxlite.graph_family.model_family`)."""
+    """Strategies whose ``applies_to`` fits the model's graph family (see
+    :func:`onnxlite.graph_family.model_family`)."""
     from ..graph_family import matches, model_family
 
     family = model_family(model)
-    found = [r for r in strategies() if matches(tuple(r.spec.applies_to), family)]  # type: ignore[attr-defined]
+    found = [r for r in strategies() if matches(tuple(r.spec.applies_to), family)]
     return [r for r in found if r.available] if available_only else found
 
 
@@ -157,8 +158,7 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
              strategy: str = "dynamic", calibration: Any = None,
              calibration_options: Mapping[str, Any] | None = None, *,
              check: bool = True, on_warning: Callable[[str], None] | None = None, force: bool = False,
-             check_data: Any = None, target_runtime: str | None = None, source_model: Any = None,
-             **options: Any) -> QuantizeResult:
+             check_data: Any = None, target_runtime: str | None = None, **options: Any) -> QuantizeResult:
     """Quantize ``model`` with ``strategy`` and write ``output`` (default ``<stem>.<strategy>.onnx``).
 
     ``options`` are the strategy's own options, as Python values or strings
@@ -170,9 +170,11 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
     or differently shaped results; the cosine it saw goes in ``details["check"]``.
     An existing ``output`` is replaced only with ``force=True``.  The check runs on the first samples of
     ``check_data`` (a data path or Dataset), else of the calibration data, else on generated samples.
-    ``source_model``: the loaded source-framework model ``model`` was exported from (a ``torch.nn.Module``),
-    handed to the strategy as ``QuantizeContext.source_model`` (``qat`` trains it).
+    ``source_model=`` (a keyword, not a strategy option): the loaded source-framework model ``model`` was
+    exported from (a ``torch.nn.Module``), handed to the strategy as ``QuantizeContext.source_model``
+    (``qat`` trains it).
     """
+    source_model = options.pop("source_model", None)
     # target_runtime ("onnxruntime==1.24") keeps the output loadable by that release (docs/providers.md).
     return run_quantize(model, output, strategy, options, calibration, calibration_options,
                         check=check, on_warning=on_warning, force=force, check_data=check_data,
@@ -252,7 +254,7 @@ def _check_samples(feeds: Any, proto: onnx.ModelProto) -> dict[str, np.ndarray] 
     specs = specs_from_onnx(proto)
     fixed = [s.shape[s.batch_axis] for s in specs
              if s.batch_axis is not None and isinstance(s.shape[s.batch_axis], int)]
-    count = min([CHECK_SAMPLES, *fixed])
+    count = min([CHECK_SAMPLES, *(int(d) for d in fixed)])
     dataset = getattr(feeds, "dataset", feeds)
     if isinstance(dataset, Mapping):   # feeds from a Python caller: cut on the model's sample axes
         return take_rows(dataset, 0, count, batch_axes(specs)) if dataset else None
@@ -262,26 +264,50 @@ def _check_samples(feeds: Any, proto: onnx.ModelProto) -> dict[str, np.ndarray] 
         return None
 
 
+@dataclass(frozen=True)
+class QuantizeRun:
+    """How :func:`run_quantize` checks and writes its output (:func:`quantize`'s keywords of the same names)."""
+
+    check: bool = True
+    check_data: Any = None
+    force: bool = False
+    target_runtime: str | None = None
+    #: the loaded source-framework model ``model`` was exported from (a ``torch.nn.Module``), handed to
+    #: the strategy as ``QuantizeContext.source_model`` (``qat`` trains it)
+    source_model: Any = None
+
+
 def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None, strategy_name: str,
                  options: Mapping[str, Any] | list[str] | tuple[str, ...], calibration: Any = None,
-                 calibration_options: Mapping[str, Any] | None = None, *, check: bool = True,
-                 on_warning: Callable[[str], None] | None = None, option_flag: str = "--option",
-                 force: bool = False, check_data: Any = None, target_runtime: str | None = None,
-                 source_model: Any = None) -> QuantizeResult:
-    """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry)."""
+                 calibration_options: Mapping[str, Any] | None = None, *,
+                 on_warning: Callable[[str], None] | None = None, **run: Any) -> QuantizeResult:
+    """Like :func:`quantize`, with options as ``["key=value", ...]`` or a mapping (the CLI's entry);
+    ``run`` are the fields of :class:`QuantizeRun` as keywords."""
     from ..atomic import check_writable, scratch_dir
-    from ..modelio import (check_exists, check_model, external_data_files, load_model, model_size, private_copy,
-                           publish_model, quantized_ops)
+    from ..modelio import (
+        check_exists,
+        check_model,
+        external_data_files,
+        load_model,
+        model_size,
+        private_copy,
+        publish_model,
+        quantized_ops,
+    )
     from ..protocols import QuantizeContext, QuantizeOutcome
+    from ..runtime_compat import parse_target, runtime_needs
     from ..specs import parse_spec_options
 
-    from ..runtime_compat import parse_target, runtime_needs
-
+    unknown = sorted(set(run) - {f.name for f in fields(QuantizeRun)})
+    if unknown:
+        raise TypeError(f"run_quantize() got unexpected keyword argument(s): {', '.join(unknown)}")
+    how = QuantizeRun(**run)
+    check, check_data, force, target_runtime = how.check, how.check_data, how.force, how.target_runtime
     runtime = parse_target(target_runtime) if target_runtime else None   # a bad value fails before any work
     source = check_exists(model)
     entry = get_strategy(strategy_name)
-    spec: QuantizerSpec = entry.spec  # type: ignore[assignment]
-    values = parse_spec_options(spec, options, flag=option_flag)
+    spec: QuantizerSpec = entry.spec
+    values = parse_spec_options(spec, options)
     target = Path(output) if output is not None else default_output(source, spec.name)
     if target.exists() and target.resolve() == source.resolve():
         raise UsageError(f"{target}: the output would overwrite the input model; choose another -o")
@@ -318,7 +344,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         # gets a private copy in the scratch folder, so nothing ever lands beside the user's input.
         given = private_copy(source, work / "input")
         normalized, values = _normalize_copy(given, spec, values, warn)
-        context = QuantizeContext(calibration=feeds, workdir=work, warn=warn, source_model=source_model)
+        context = QuantizeContext(calibration=feeds, workdir=work, warn=warn, source_model=how.source_model)
         started = time.perf_counter()
         try:
             outcome = quantizer.quantize(given, produced, values, context)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..specs import QuantizerSpec
 
 
-def _sample_feeds(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+def sample_feeds(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
     from ..inputs import make_feeds, specs_from_onnx
 
     return make_feeds(specs_from_onnx(proto), batch=2, seq=8, seed=0, pad=True)
@@ -64,7 +64,7 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
     reference_session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
     generated = samples is None
     proto = source_proto or load_model(source, load_external_data=False)
-    feeds = _sample_feeds(proto) if generated else samples
+    feeds = sample_feeds(proto) if samples is None else samples
     try:
         session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
     except Exception as exc:

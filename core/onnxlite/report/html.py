@@ -78,7 +78,8 @@ def render_html(report: Report) -> str:
     lighten = bool(report.verdict)
     if lighten:
         # lighten's page reads verdict first, then the trade-off, then every candidate (report/lighten_page.py)
-        from .lighten_page import CSS as LIGHTEN_CSS, render_lighten
+        from .lighten_page import CSS as LIGHTEN_CSS
+        from .lighten_page import render_lighten
 
         parts[4] = f"<style>{CSS}{LIGHTEN_CSS}</style></head><body><main>"
         parts += render_lighten(report, PALETTE)
@@ -198,8 +199,8 @@ def chart_svg(report: Report, width: int = 860, height: int = 440) -> tuple[str,
             return (row.latency_ms or {}).get("p50")
         return row.metrics.get(metric) if metric else None
 
-    points = [(row, float(row.size_bytes), float(y_of(row))) for row in report.rows
-              if row.size_bytes is not None and y_of(row) is not None and math.isfinite(float(y_of(row)))]
+    points = [(row, float(row.size_bytes), y) for row in report.rows
+              if row.size_bytes is not None and (y := y_of(row)) is not None and math.isfinite(float(y))]
     left_out = [row.name for row in report.rows if row not in [p[0] for p in points]]
     note = f"Not plotted (figure missing): {', '.join(left_out)}." if left_out else ""
     if not points:

@@ -265,8 +265,9 @@ def _table(report: Report, palette: dict[str, str]) -> str:
             size += f'<span class="ratio">{_times(base.size_bytes, row.size_bytes, "smaller", "larger")}</span>'
         p50 = _p50(row)
         speed = fmt_ms(p50) if p50 else "-"
-        if row is not base and p50 and _p50(base):
-            speed += f'<span class="ratio">{_times(_p50(base), p50, "faster", "slower")}</span>'
+        base_p50 = _p50(base)
+        if row is not base and p50 and base_p50:
+            speed += f'<span class="ratio">{_times(base_p50, p50, "faster", "slower")}</span>'
         cells += [f'<td class="num">{size}</td>', f'<td class="num">{speed}</td>']
         for key in keys:
             drop = (details.get("drops") or {}).get(key)
@@ -311,11 +312,13 @@ def _environment(report: Report) -> str:
     flags = env.get("cpu_flags") or {}
     rows: list[tuple[str, Any]] = [("versions", ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())),
                                    ("python", env.get("python")), ("CPU", env.get("cpu")),
-                                   ("instruction sets", ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in flags.items())
+                                   ("instruction sets",
+                                    ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in flags.items())
                                     or "unknown (no /proc/cpuinfo)"),
                                    ("cores", env.get("cores")), ("threads", env.get("threads")),
                                    ("command", env.get("command"))]
-    items = "".join(f"<dt>{escape(k)}</dt><dd>{'<code>' + escape(str(v)) + '</code>' if k == 'command' else escape(str(v))}"
+    items = "".join(f"<dt>{escape(k)}</dt><dd>"
+                    f"{'<code>' + escape(str(v)) + '</code>' if k == 'command' else escape(str(v))}"
                     "</dd>" for k, v in rows if v not in (None, ""))
     return f'<section class="card"><h2>Environment</h2><dl class="env">{items}</dl></section>'
 
@@ -329,7 +332,8 @@ def _details(report: Report) -> str:
         ops = ", ".join(f"{op} x{n}" for op, n in (d.get("quantized_ops") or {}).items()) or "none reported"
         floats = d.get("excluded_nodes") or []
         items = [f"strategy <code>{escape(str(d.get('strategy')))}</code>, options "
-                 f"<code>{escape(', '.join(f'{k}={v}' for k, v in (d.get('options') or {}).items()) or 'defaults')}</code>",
+                 "<code>" + escape(", ".join(f"{k}={v}" for k, v in (d.get("options") or {}).items()) or "defaults")
+                 + "</code>",
                  f"quantized op types: {escape(ops)}",
                  f"nodes left in float: {len(floats)}" + (f" (<code>{escape(', '.join(floats[:8]))}</code>"
                                                           f"{' ...' if len(floats) > 8 else ''})" if floats else "")]

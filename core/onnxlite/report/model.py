@@ -177,7 +177,7 @@ def environment(threads: int | None = None, command: list[str] | None = None) ->
             versions[name] = version(name)
         except PackageNotFoundError:
             continue
-    cpu, flags = platform.processor() or platform.machine(), set()
+    cpu, flags = platform.processor() or platform.machine(), set[str]()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             for line in info:

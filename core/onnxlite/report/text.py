@@ -11,7 +11,6 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-
 from .model import LATENCY_KEYS, _jsonable
 
 if TYPE_CHECKING:

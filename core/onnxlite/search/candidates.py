@@ -104,15 +104,16 @@ def _fast_formats(provider: str) -> tuple[str, ...]:
 
 
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,
-                     provider: str = "cpu", generated_calibration: bool = False) -> tuple[list[Candidate], list[Skipped]]:
+                     provider: str = "cpu",
+                     generated_calibration: bool = False) -> tuple[list[Candidate], list[Skipped]]:
     """Every available strategy that applies to ``model``, expanded over its grid.
 
     ``strategies`` limits the search to those names (then a GPU-only strategy
     or one that does not match the graph family is tried anyway, because the
     user asked for it).  A strategy that needs calibration data is skipped
     when there is none, with the reason, unless it may calibrate on generated samples
-    (``calibrates_on_generated``) and ``generated_calibration`` says they were made.  GPU-minded strategies (fp16) are tried
-    on the CPU too: they are cheap, halve the size, and on recurrent or
+    (``calibrates_on_generated``) and ``generated_calibration`` says they were made.  GPU-minded strategies
+    (fp16) are tried on the CPU too: they are cheap, halve the size, and on recurrent or
     mixed-range models they keep answers that int8 loses (issue 12).  On a provider other than the CPU, a
     candidate whose format (``output_format``) the provider does not declare
     among its ``fast_formats`` is skipped unless its strategy is named.
@@ -133,7 +134,8 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
         spec = entry.spec
         reason = entry.unavailable_reason()
         if reason is None and not wanted and not matches(tuple(spec.applies_to), family):
-            reason = f"applies to {', '.join(spec.applies_to)} graphs; this one is {', '.join(sorted(family)) or 'neither'}"
+            reason = (f"applies to {', '.join(spec.applies_to)} graphs; "
+                      f"this one is {', '.join(sorted(family)) or 'neither'}")
         if reason is None and not wanted and set(spec.avoid) & family:
             reason = (f"its plugin marks it unsuited to {', '.join(sorted(set(spec.avoid) & family))} graphs; "
                       "name it in --strategies to try it anyway")

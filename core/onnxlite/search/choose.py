@@ -69,7 +69,8 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
 def _on_accuracy(tied: Sequence[CandidateRow], key: str | None, drop, then) -> CandidateRow:
     """Among candidates tied on speed and size: those whose drop intervals overlap the best one's are tied on
     accuracy too, and then the one whose quality does not depend on calibration data wins; then the smaller drop."""
-    from ..stats import Interval, tied as overlapping
+    from ..stats import Interval
+    from ..stats import tied as overlapping
 
     best = min(tied, key=lambda r: (drop(r), *then(r)))
 

@@ -129,7 +129,8 @@ def add_companion(judge: Any) -> str | None:
 
 
 def width_notes(rows: Sequence[CandidateRow], budgets: Mapping[str, float], skip: Sequence[str]) -> list[str]:
-    """For continuous metrics: when the passing candidates' intervals are wider than the budget, say what would resolve it."""
+    """For continuous metrics: when the passing candidates' intervals are wider than the budget, say what would
+    resolve it."""
     from ..stats import Interval, interval_resolution
 
     notes = []
@@ -277,7 +278,8 @@ def confirm(state: Any, candidate: Any, ranking: str, workers: int | None, close
     """
     where = probed_on(state)
     what = "the closest attempt, over budget on" if closest else "chosen on"
-    state.emit("stage", {"message": f"judging {candidate.name} ({what} {where}, ranked by {ranking}) like any candidate"})
+    state.emit("stage",
+               {"message": f"judging {candidate.name} ({what} {where}, ranked by {ranking}) like any candidate"})
     row = state.run_candidates(workers, [candidate])[0]
     state.partial.setdefault("confirmed", []).append({"name": row.name, "ranked_by": ranking, "status": row.status,
                                                       "drop": row.drops.get(state.judge.primary), "closest": closest})
@@ -349,7 +351,7 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
     chosen = mixed_plan.plan(sensitivity, nodes, budget, LIGHTEST_FIRST, BYTES_PER_WEIGHT)
     record: dict[str, Any] = {"tried": True, "rank_metric": rank, "sensitivity": sensitivity, "rounds": []}
     rows = []
-    for round_ in range(MIXED_ROUNDS):
+    for _round in range(MIXED_ROUNDS):
         if all(s == "float" for s in chosen.values()):
             break
         options = mixed_plan.assignment_options(chosen)

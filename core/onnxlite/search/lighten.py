@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from .. import placement, runtime_compat
 from ..errors import UsageError
-from ..normalize import normalize_file
 from ..figures import MEASURED, copy_figures, figures_of
-from ..stats import DEFAULT_CONFIDENCE
+from ..normalize import normalize_file
 from ..report.text import size_change, speed_change
+from ..stats import DEFAULT_CONFIDENCE
 from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
 from .outdir import publish
@@ -52,16 +52,16 @@ GENERATED_SAMPLES = 128
 
 def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None, *,
             framework: str = "auto", inputs: Sequence[Any] | None = None, model_class: str | None = None,
-            opset: int | None = None, exporter: str | None = None,
-            max_drop: Any = None, metric: Sequence[str] | str | None = None,
-            data: Any = None, data_options: Mapping[str, Any] | None = None,
+            opset: int | None = None, exporter: str | None = None, max_drop: Any = None,
+            metric: Sequence[str] | str | None = None, data: Any = None, data_options: Mapping[str, Any] | None = None,
             calibration: Any = None, calibration_options: Mapping[str, Any] | None = None,
             settings: SessionSettings | None = None, strategies: Sequence[str] | None = None,
             recipe: str | os.PathLike[str] | None = None, objective: str | None = None, force: bool = False,
             batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
             max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
             executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None,
-            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None, target_runtime: str | None = None) -> LightenResult:
+            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None,
+            target_runtime: str | None = None) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
@@ -89,7 +89,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     if not 0 < confidence < 1:
         raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {confidence}")
     source = os.fspath(source)
-    out = Path(output_dir) if output_dir is not None else Path(f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
+    out = Path(output_dir if output_dir is not None else f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
     if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
     chosen = None
@@ -216,8 +216,8 @@ class _Search:
         from .tasks import save_judge
 
         self.emit("stage", {"message": "exporting and verifying against the source"})
-        self.exported = export(self.source, self.work / "fp32.onnx", opset=opset, exporter=exporter,
-                               settings=self.settings, loaded=self.loaded, samples=export_samples(self.data.held_out, self.specs),
+        self.exported = export(self.source, self.work / "fp32.onnx", opset=opset, exporter=exporter, loaded=self.loaded,
+                               settings=self.settings, samples=export_samples(self.data.held_out, self.specs),
                                on_step=lambda msg: self.emit("step", {"message": msg}))
         self.fp32 = Path(self.exported.path)
         if (done := normalize_file(self.fp32)) and done.summary():   # once per model, before family and candidates
@@ -262,8 +262,8 @@ class _Search:
             raise UsageError(f"no strategy applies to this model ({reasons})")
 
     def from_recipe(self, recipe) -> None:
-        from .candidates import Candidate, candidate_name, exclude_option
         from ..registry import get_registry
+        from .candidates import Candidate, candidate_name, exclude_option
 
         spec = get_registry().get("quantizer", recipe.strategy).spec
         # The recipe's options already hold the float nodes in the strategy's exclusion option;
@@ -301,7 +301,8 @@ class _Search:
             if row.status == "ok" and row.size_bytes and self.baseline.size_bytes and \
                     row.size_bytes > self.baseline.size_bytes * MIN_SHRINK:
                 row.status = "rejected"
-                row.reason = f"within budget but not lighter: {row.size_bytes / self.baseline.size_bytes:.2f}x the float size"
+                row.reason = (f"within budget but not lighter: "
+                              f"{row.size_bytes / self.baseline.size_bytes:.2f}x the float size")
             new.append(row)
             self.emit("candidate_done", {"name": row.name, "status": row.status, "reason": row.reason,
                                          "metrics": row.metrics, "primary": self.judge.primary})
@@ -335,14 +336,16 @@ class _Search:
 
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:
-        survivors = runtime_compat.refuse_unfit([r for r in self.rows if r.status == "ok"], getattr(self, "target", None))
+        survivors = runtime_compat.refuse_unfit([r for r in self.rows if r.status == "ok"],
+                                                getattr(self, "target", None))
         if not survivors:
             return
         samples = self.judge.samples
         size = max(1, min(batch or 32, samples, self.judge.batch_cap or samples))   # a fixed batch axis caps it
         feeds = self.judge.first_feeds(size)
         self.bench_batch = size
-        self.emit("stage", {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
+        self.emit("stage",
+                  {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
         models = [self.baseline] + survivors
         result = self.executor.bench([r.path for r in models], feeds=feeds, runs=runs, warmup=3,
                                      settings=self.settings, names=[r.name for r in models],
@@ -394,7 +397,8 @@ class _Search:
                 message += (f"; judged by measured drop, not at {self.evidence['confidence']:.0%} confidence: the "
                             f"held-out data cannot resolve the budget (see the report); ranked by {rank}")
         else:
-            message = no_winner_message(self.rows, self.baseline.size_bytes, bool((self.partial or {}).get("tried")), self.notes)
+            message = no_winner_message(self.rows, self.baseline.size_bytes, bool((self.partial or {}).get("tried")),
+                                        self.notes)
         return LightenResult(
             output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows,
             skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],

@@ -88,7 +88,8 @@ def rank_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.Pa
     float_proto = onnx.load(str(float_model))
     quant_proto = onnx.load(str(quantized_model))
     initializers = {i.name for i in float_proto.graph.initializer}
-    produced_in_quant = {o for n in quant_proto.graph.node for o in n.output} | {i.name for i in quant_proto.graph.input}
+    produced_in_quant = ({o for n in quant_proto.graph.node for o in n.output}
+                         | {i.name for i in quant_proto.graph.input})
     float_types = {}
     for value in list(float_proto.graph.value_info) + list(float_proto.graph.output) + list(float_proto.graph.input):
         float_types[value.name] = value.type.tensor_type.elem_type
@@ -164,7 +165,8 @@ def relative_errors(float_proto: Any, quant_proto: Any, names: Sequence[str],
 
 def _pieces(feeds_list: Sequence[Mapping[str, np.ndarray]], cut: dict[str, int],
             axes: Mapping[str, int | None] | None) -> Iterator[dict[str, np.ndarray]]:
-    """The feeds cut into batches of ``cut["rows"]`` samples (read anew for every batch; ``cut["last"]`` says how many)."""
+    """The feeds cut into batches of ``cut["rows"]`` samples (read anew for every batch; ``cut["last"]`` says how
+    many)."""
     from ..data.dataset import count_rows, take_rows
 
     for feeds in feeds_list:

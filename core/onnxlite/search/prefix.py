@@ -20,7 +20,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-
 #: the most float bytes a float prefix may keep: this share of what the weighted nodes the base quantized hold
 PREFIX_SHARE = 0.5
 

@@ -142,17 +142,20 @@ def _report(result: LightenResult) -> Any:
                 ("Budget", "\n".join(f"- `{k}`: drop at most {v:.4g}" for k, v in result.budgets.items())
                  + f"\n- objective: {result.objective}\n- data: {result.data}")]
     if result.skipped:
-        sections.append(("Strategies not tried", "\n".join(f"- **{s['strategy']}**: {s['reason']}" for s in result.skipped)))
+        sections.append(("Strategies not tried",
+                         "\n".join(f"- **{s['strategy']}**: {s['reason']}" for s in result.skipped)))
     confidence = _confidence_section(result)
     if confidence:
         sections.append(("Confidence", confidence))
     if result.partial and result.partial.get("tried"):
         ranking = "\n".join(f"- `{r['node']}` ({r['op_type']}): adds {r['added_error']:.3g} relative error"
-                            for r in (result.partial.get("ranking") or [])[:10]) or f"- none: {result.partial.get('reason', 'no node could be ranked')}"
+                            for r in (result.partial.get("ranking") or [])[:10]) \
+            or f"- none: {result.partial.get('reason', 'no node could be ranked')}"
         steps = "\n".join(f"- {s['keep_float']} node(s) in float: {s['status']} (drop {s['drop']})"
                           for s in result.partial["steps"])
         why = f" ({result.partial['why']})" if result.partial.get("why") else ""
-        swept = "".join(f"\n- `{e['node']}`: drop {e['drop']:.3g} quantized alone" for e in (result.partial.get("sweep") or [])[:10])
+        swept = "".join(f"\n- `{e['node']}`: drop {e['drop']:.3g} quantized alone"
+                        for e in (result.partial.get("sweep") or [])[:10])
         if swept:
             swept = f"\n\nActivation matching's order did not reach the budget; the direct sweep:{swept}"
         sections.append(("Partial quantization", f"Based on {result.partial['base']}{why}. Worst nodes:\n{ranking}"
@@ -161,7 +164,8 @@ def _report(result: LightenResult) -> Any:
     if line:
         sections.append(("Export verification", line))
     return Report(title="onnxlite lighten", kind="lighten", rows=rows, primary_metric=result.primary_metric,
-                  settings={"objective": result.objective, **{k: v for k, v in result.settings.items() if v is not None}},
+                  settings={"objective": result.objective,
+                            **{k: v for k, v in result.settings.items() if v is not None}},
                   sections=sections, verdict=result.message, budgets=dict(result.budgets),
                   metric_why=dict((result.evidence or {}).get("metric_why") or {}),
                   details={row.name: _details(row) for row in [result.baseline] + result.candidates},
@@ -187,7 +191,8 @@ def _confidence_section(result: LightenResult) -> str:
     parts = evidence.get("parts") or {}
     lines = [f"A candidate passes when the one-sided {evidence['confidence']:.0%} upper bound of its drop, on the "
              f"{parts.get('confirm')} confirm samples, is within the budget"
-             + (f"; option grids are chosen on the other {parts['select']} (select) samples" if parts.get("select") else "")
+             + (f"; option grids are chosen on the other {parts['select']} (select) samples"
+                if parts.get("select") else "")
              + f". Candidates are ranked by `{evidence.get('rank_metric')}`; overlapping intervals tie on accuracy."]
     lines += [f"- {message}" for message in (evidence.get("messages") or []) + (evidence.get("split_notes") or [])]
     lines += [f"- {note}" for note in evidence.get("width_notes") or []]
@@ -198,8 +203,10 @@ def _confidence_section(result: LightenResult) -> str:
     elif mixed.get("reason"):
         lines.append(f"- mixed precision not tried: {mixed['reason']}")
     keys = list(dict.fromkeys([*result.budgets, evidence.get("rank_metric")]))
-    table = ["", "| candidate | " + " | ".join(f"`{k}` drop [{evidence['confidence']:.0%} interval], bound" for k in keys if k)
-             + " |", "|---|" + "---|" * len([k for k in keys if k])]
+    table = ["",
+             "| candidate | "
+             + " | ".join(f"`{k}` drop [{evidence['confidence']:.0%} interval], bound" for k in keys if k) + " |",
+             "|---|" + "---|" * len([k for k in keys if k])]
     for row in [result.baseline] + result.candidates:
         cells = []
         for key in keys:

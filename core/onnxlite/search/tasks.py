@@ -246,7 +246,8 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
                 log = open(folder / f"task{index}.log", "w+")
                 if on_start:
                     on_start(task)
-                proc = subprocess.Popen([sys.executable, "-m", "onnxlite.search.tasks", str(spec_file), str(result_file)],
+                proc = subprocess.Popen([sys.executable, "-m", "onnxlite.search.tasks", str(spec_file),
+                                         str(result_file)],
                                         stdout=log, stderr=subprocess.STDOUT, env=env)
                 running[index] = (proc, task, result_file, log, time.monotonic())
             time.sleep(0.05)
@@ -264,7 +265,8 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
                     yield TaskResult.from_dict(json.loads(result_file.read_text()))
                 else:
                     yield TaskResult(name=candidate["name"], strategy=candidate["strategy"],
-                                     options=dict(candidate["options"]), keep_float=list(candidate.get("keep_float", ())),
+                                     options=dict(candidate["options"]),
+                                     keep_float=list(candidate.get("keep_float", ())),
                                      status="failed", error=_crash_message(code, output),
                                      seconds=round(time.monotonic() - began, 2))
     finally:

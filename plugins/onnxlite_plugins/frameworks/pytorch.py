@@ -108,7 +108,7 @@ def _versions(extra: Mapping[str, str] | None = None) -> str:
 _OP_RE = re.compile(r"aten(?:::|\.)[A-Za-z_][A-Za-z0-9_]*")
 
 
-def unsupported_operators(exc: BaseException) -> list[str]:
+def unsupported_operators(exc: BaseException | None) -> list[str]:
     """Operator names an exporter error mentions (``aten::histc``, ``aten.histc``), deduplicated."""
     texts = []
     seen: set[int] = set()
@@ -271,6 +271,8 @@ class TorchSource:
         program = torch.onnx.export(model, args, None, input_names=names, output_names=output_names,
                                     opset_version=opset, dynamo=True, dynamic_shapes=dynamic, optimize=True,
                                     verbose=False)
+        if program is None:
+            raise OnnxliteError("torch.onnx.export (dynamo) returned no program")
         program.save(str(path), external_data=False)
 
 
@@ -365,7 +367,8 @@ def _load_transformers(path: Path, source: str) -> TorchSource:
     try:
         import transformers
     except ImportError:
-        raise UsageError(f"{source}: a transformers folder needs transformers: pip install 'onnxlite[transformers]'") from None
+        raise UsageError(f"{source}: a transformers folder needs transformers: "
+                         "pip install 'onnxlite[transformers]'") from None
     from onnxlite.inputs import InputSpec
 
     try:
@@ -400,12 +403,13 @@ def _load_transformers(path: Path, source: str) -> TorchSource:
     if "input_ids" in params and vocab:
         specs.append(InputSpec("input_ids", "int64", ("batch", "seq"), (0, int(vocab)), "ids"))
         specs.append(InputSpec("attention_mask", "int64", ("batch", "seq"), (0, 2), "mask"))
-        if "token_type_ids" in params and getattr(config, "type_vocab_size", 0):
+        if "token_type_ids" in params and int(getattr(config, "type_vocab_size", 0) or 0):
             specs.append(InputSpec("token_type_ids", "int64", ("batch", "seq"), (0, 1), "type_ids"))
     elif "pixel_values" in params:
         size = getattr(config, "image_size", 224)
         size = size if isinstance(size, int) else int(size[0])
-        specs.append(InputSpec("pixel_values", "float32", ("batch", int(getattr(config, "num_channels", 3)), size, size)))
+        specs.append(InputSpec("pixel_values", "float32",
+                               ("batch", int(getattr(config, "num_channels", 3)), size, size)))
     summary = {key: getattr(config, key, None) for key in ("model_type", "num_attention_heads", "hidden_size",
                                                             "vocab_size")}
     return TorchSource(model, source, "transformers model", specs or None,
@@ -434,7 +438,8 @@ def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TorchSour
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise UsageError(f"{path}: cannot be loaded safely with torch.load(weights_only=True) "
-                         f"({' '.join(str(exc).split())[:200]}); save a state dict, TorchScript or a .pt2 program") from None
+                         f"({' '.join(str(exc).split())[:200]}); "
+                         "save a state dict, TorchScript or a .pt2 program") from None
     if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):

@@ -190,7 +190,7 @@ def _from_object(obj: Any, source: str) -> TensorFlowSource:
     tf = _import_tf()
     if isinstance(obj, keras.Model) or isinstance(obj, keras.layers.Layer):
         return _keras_source(obj, source, "python")
-    if isinstance(obj, tf.types.experimental.PolymorphicFunction) or isinstance(obj, tf.types.experimental.GenericFunction):
+    if isinstance(obj, (tf.types.experimental.PolymorphicFunction, tf.types.experimental.GenericFunction)):
         return _function_source(obj, source)
     if inspect.isclass(obj) or callable(obj):
         if inspect.isclass(obj) or not needs_arguments(obj):
@@ -324,7 +324,7 @@ class TensorFlowSource:
         used_opset = min(int(opset), max_opset)
         with _captured_tf2onnx_log() as errors:
             try:
-                model = _convert(graph_fn, len(signature), used_opset)
+                model = convert_function(graph_fn, len(signature), used_opset)
             except UsageError:
                 raise
             except Exception as exc:
@@ -377,7 +377,7 @@ class TensorFlowSource:
         return named
 
 
-def _convert(graph_fn: Any, n_inputs: int, opset: int) -> Any:
+def convert_function(graph_fn: Any, n_inputs: int, opset: int) -> Any:
     """``tf2onnx.convert.from_function``, except that captured tensors stay constants.
 
     ``from_function`` makes every non-resource input of the concrete function
@@ -427,7 +427,7 @@ def _erfc(ctx: Any, node: Any, name: str, args: Any) -> None:
 
 
 #: tf2onnx's old-style handlers, ``{tf op: (function, args)}``, for ops it cannot convert itself.
-CUSTOM_OP_HANDLERS = {"Erfc": (_erfc, [])}
+CUSTOM_OP_HANDLERS: dict[str, tuple[Any, list[Any]]] = {"Erfc": (_erfc, [])}
 
 
 @contextmanager
@@ -459,8 +459,10 @@ def _raise_on_unsupported(model: Any, errors: Sequence[str], source: str, opset:
 
     import onnx
 
+    from onnxlite.subgraphs import iter_graphs
+
     left: collections.Counter = collections.Counter()
-    for graph in _graphs(model.graph):
+    for graph in iter_graphs(model.graph):
         for node in graph.node:
             if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type):
                 left[node.op_type] += 1
@@ -477,16 +479,6 @@ def _raise_on_unsupported(model: Any, errors: Sequence[str], source: str, opset:
     raise OnnxliteError(f"{source}: tf2onnx cannot convert {'; '.join(parts)} at opset {opset}; "
                         f"try{other} rewriting the model without them, or a framework plugin "
                         "with tf2onnx custom-op handlers")
-
-
-def _graphs(graph: Any):
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.g.node:
-                yield from _graphs(attr.g)
-            for sub in attr.graphs:
-                yield from _graphs(sub)
 
 
 def _name_input_dims(model: Any, inputs: Sequence[Any]) -> None:

@@ -28,7 +28,7 @@ def _np():
 
 
 def _is_float(array: Any) -> bool:
-    from onnxlite.numerics import is_floating   # numpy only once a metric runs
+    from onnxlite.numerics import is_floating  # numpy only once a metric runs
 
     return is_floating(array)
 
@@ -150,7 +150,8 @@ class Accuracy:
     """Top-1 accuracy against the data's labels; the reference scores its own accuracy."""
 
     def applies(self, reference: Any, context: Any) -> bool:
-        return _is_logits(reference) and _class_labels(context.labels, reference.shape[0], reference.shape[1]) is not None
+        return (_is_logits(reference)
+                and _class_labels(context.labels, reference.shape[0], reference.shape[1]) is not None)
 
     def compute(self, reference: Any, candidate: Any, context: Any) -> float:
         np = _np()

@@ -44,7 +44,7 @@ def _np():
 
 
 def _is_float(array: Any) -> bool:
-    from onnxlite.numerics import is_floating   # numpy only once a metric runs
+    from onnxlite.numerics import is_floating  # numpy only once a metric runs
 
     return is_floating(array)
 

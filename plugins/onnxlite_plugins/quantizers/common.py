@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from onnxlite import Option, UsageError
 
@@ -34,7 +34,8 @@ def expand_node_patterns(node_names: Iterable[str], patterns: Iterable[str], opt
         hits = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
         if not hits:
             sample = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-            raise UsageError(f"--option {option}={pattern}: matches no {what} name in the model (names look like: {sample})")
+            raise UsageError(f"--option {option}={pattern}: matches no {what} name in the model (names look like: "
+                             f"{sample})")
         chosen.update(hits)
     return [n for n in names if n in chosen]
 
@@ -135,7 +136,7 @@ class CalibrationReader:
         self.names = list(names) if names is not None else None
         self._iter: Iterator[dict[str, Any]] | None = None
         self._pos = 0
-        self._start, self._end = 0, None
+        self._start, self._end = 0, cast("int | None", None)
         self._count: int | None = None
         self._shapes: dict[str, tuple[int, ...]] = {}
         self.samples_seen = 0

@@ -219,10 +219,10 @@ def equalize(model: Any, clip6: str = "bounded", iterations: int = 2,
             s[live] = np.sqrt(r1[live] / r2[live])
             if clip6 == "bounded" and act is not None and act.op_type == "Clip":
                 # the scale so far times this one must keep x / scale under the bound wherever x was
-                high = _clip_bounds(model, act)[1]
+                high = _clip_bounds(model, act)[1] or 6.0      # a Relu6 pair has a constant high bound
                 peak = np.asarray(maxima[act.input[0]], dtype=np.float64)
                 wanted = total.get(first.name, np.ones(channels)) * s
-                # a channel quiet on the calibration data may not be on other data: assume it reaches 1/8 of the bound
+                # a channel quiet on the calibration data may not be on other data: assume it reaches 1/8 of it
                 floor = margin * np.maximum(peak, high / 8)
                 wanted = np.where(floor <= high, np.maximum(wanted, floor / high), 1.0)
                 s = wanted / total.get(first.name, np.ones(channels))

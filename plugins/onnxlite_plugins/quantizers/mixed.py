@@ -101,7 +101,8 @@ def parse_assignment(items: Sequence[str], default: str, nodes: set[str]) -> dic
             raise UsageError(f"--option assign={item}: unknown scheme {scheme!r} (choose from {', '.join(SCHEMES)})")
         if node not in nodes:
             sample = ", ".join(sorted(nodes)[:4])
-            raise UsageError(f"--option assign={item}: no weighted node {node!r} in the model (names look like: {sample})")
+            raise UsageError(f"--option assign={item}: no weighted node {node!r} in the model (names look like: "
+                             f"{sample})")
         plan[node] = scheme
     return plan
 
@@ -158,7 +159,8 @@ def register_quantizers():
     return [
         QuantizerSpec(
             name="mixed",
-            description="A scheme per layer (block4, block8, int8, fp16 or float), composed from weightonly and dynamic; "
+            description="A scheme per layer (block4, block8, int8, fp16 or float), composed from weightonly and "
+                        "dynamic; "
                         "lighten builds the assignment from per-node sensitivity under the budget.",
             factory=MixedQuantizer,
             requires=("onnxruntime", "onnx"),

@@ -147,6 +147,7 @@ def train(student: Any, teacher: Any, train_x: Any, held_x: Any, opts: Mapping[s
     stopped = False
 
     def held_drop() -> float:
+        assert teacher_held is not None     # checked only with held-out samples
         with torch.no_grad():
             got = _first(student(held_x))
         return 1.0 - float((got.argmax(-1) == teacher_held.argmax(-1)).float().mean())
@@ -190,6 +191,7 @@ class QatQuantizer:
         import numpy as np
         import onnx
         import torch
+
         from onnxlite.registry import get_registry
         from onnxlite.specs import parse_spec_options
 

@@ -127,6 +127,7 @@ class RecoverQuantizer:
     def quantize(self, model: Path, output: Path, options: Mapping[str, Any],
                  context: QuantizeContext) -> QuantizeOutcome:
         import onnx
+
         from onnxlite.atomic import scratch_dir
         from onnxlite.registry import get_registry
         from onnxlite.specs import parse_spec_options

@@ -57,7 +57,7 @@ def nearest(weight: Any) -> Any:
 
 def conv_args(node: Any) -> dict[str, Any]:
     """torch.nn.functional.conv2d keyword arguments of an ONNX Conv (symmetric pads only)."""
-    attrs = {a.name: list(a.ints) if a.ints else a.i for a in node.attribute}
+    attrs: dict[str, Any] = {a.name: list(a.ints) if a.ints else a.i for a in node.attribute}
     pads = attrs.get("pads", [0, 0, 0, 0])
     if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", 0) or pads[:2] != pads[2:]:
         raise ValueError("asymmetric or automatic padding")

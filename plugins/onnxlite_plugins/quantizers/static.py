@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from onnxlite.errors import one_line
 from onnxlite import OnnxliteError, Option, QuantizeContext, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
+from onnxlite.errors import one_line
 
 from .common import CalibrationReader, expand_node_patterns
 
@@ -205,6 +205,24 @@ def with_range_activations(op_types: Any) -> list[str]:
     return wanted
 
 
+def _extra_options(opts: Mapping[str, Any], reader: CalibrationReader, batches: int,
+                   chunk_batches: int) -> dict[str, Any]:
+    """quantize_static's ``extra_options`` for these options (the percentile checked, strided calibration)."""
+    extra: dict[str, Any] = {"ActivationSymmetric": bool(opts["symmetric_activations"])}
+    if opts["method"] == "Percentile":
+        if not 0 < float(opts["percentile"]) <= 100:
+            raise UsageError(f"static: percentile={opts['percentile']}: expected a value in (0, 100]")
+        extra["CalibPercentile"] = float(opts["percentile"])
+    if batches > chunk_batches:
+        # ORT wants the count to divide by the stride; our reader clamps the last stride.
+        reader._count = -(-batches // chunk_batches) * chunk_batches
+        extra["CalibStridedMinMax"] = chunk_batches
+    if "16" in opts["activation_type"] or "16" in opts["weight_type"]:
+        # Standard QuantizeLinear only gained 16-bit types in opset 21.
+        extra["UseQDQContribOps"] = True
+    return extra
+
+
 class StaticQuantizer:
     def quantize(self, model: Path, output: Path, options: Mapping[str, Any],
                  context: QuantizeContext) -> QuantizeOutcome:
@@ -262,21 +280,10 @@ class StaticQuantizer:
             if batches == 0:
                 raise UsageError("static: the calibration data has no samples")
 
-            extra: dict[str, Any] = {"ActivationSymmetric": bool(opts["symmetric_activations"])}
-            if method == "Percentile":
-                if not 0 < float(opts["percentile"]) <= 100:
-                    raise UsageError(f"static: percentile={opts['percentile']}: expected a value in (0, 100]")
-                extra["CalibPercentile"] = float(opts["percentile"])
-            if batches > chunk_batches:
-                # ORT wants the count to divide by the stride; our reader clamps the last stride.
-                reader._count = -(-batches // chunk_batches) * chunk_batches
-                extra["CalibStridedMinMax"] = chunk_batches
+            extra = _extra_options(opts, reader, batches, chunk_batches)
             op_types = with_range_activations(opts["op_types"])
             activation = QuantType[TYPES[opts["activation_type"]]]
             weight = QuantType[TYPES[opts["weight_type"]]]
-            if "16" in opts["activation_type"] or "16" in opts["weight_type"]:
-                # Standard QuantizeLinear only gained 16-bit types in opset 21.
-                extra["UseQDQContribOps"] = True
 
             if method == "Distribution":
                 context.warn("static: Distribution calibration is meant for float8 types; with int8 it can "

@@ -163,6 +163,10 @@ def _symbolic_shape_inference():
 
         return SymbolicShapeInference
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        return SymbolicShapeInference
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

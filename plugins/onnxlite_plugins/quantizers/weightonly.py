@@ -126,7 +126,8 @@ def _settings(options: Mapping[str, Any], algorithm: str, bits: int) -> dict[str
         raise UsageError("--option bits=8 with gptq: onnxruntime 1.32's GPTQ writes MatMulNBits only for 4 bits "
                          "(8 bits would stay float and shrink nothing); use --strategy weightonly for 8 bits")
     if algorithm == "hqq" and importlib.util.find_spec("torch") is None:
-        raise UsageError("--option algorithm=hqq needs torch (onnxruntime's HQQ runs on it): pip install 'onnxlite[torch]'")
+        raise UsageError("--option algorithm=hqq needs torch (onnxruntime's HQQ runs on it): pip install "
+                         "'onnxlite[torch]'")
     return {"bits": bits, "block_size": int(options["block_size"]), "accuracy_level": level,
             "symmetric": bool(options["symmetric"]), "gather": options.get("gather", "float"),
             "gather_block_size": int(options.get("gather_block_size", 32))}
@@ -206,7 +207,8 @@ class WeightOnlyQuantizer:
         calibration = self._calibration(proto, options, context) if algorithm == "gptq" else None
 
         if gathers and s["gather"] == "int8":
-            work = Path(context.workdir) if context.workdir else output.parent   # the host always gives a scratch folder
+            # the host always gives a scratch folder
+            work = Path(context.workdir) if context.workdir else output.parent
             proto = _gather_int8(model, proto, work, [n for n in exclude if n in tables], external)
         else:
             proto = load_external_data(proto, model)
@@ -268,8 +270,10 @@ class WeightOnlyQuantizer:
         if skipped:
             notes.append("left in float: " + why_nothing(found, only_skipped=True))
         details: dict[str, Any] = {
-            "algorithm": algorithm, "bits": s["bits"], "block_size": s["block_size"], "symmetric": scheme == "symmetric",
-            "accuracy_level": levels[0] if len(levels) == 1 else (levels or 0), "gather": s["gather"] if gathers else "float",
+            "algorithm": algorithm, "bits": s["bits"], "block_size": s["block_size"],
+            "symmetric": scheme == "symmetric",
+            "accuracy_level": levels[0] if len(levels) == 1 else (levels or 0),
+            "gather": s["gather"] if gathers else "float",
             "eligible_matmuls": len(found["eligible"]), "quantized_matmuls": done,
             "quantized_tables": len(gathers), "left_in_float": skipped}
         if calibration is not None:
@@ -277,7 +281,8 @@ class WeightOnlyQuantizer:
         return QuantizeOutcome(excluded_nodes=exclude, notes=notes, details=details)
 
 
-def _options(bits: int | None, block: int, symmetric: bool, level: int, algorithms: tuple[str, ...]) -> tuple[Option, ...]:
+def _options(bits: int | None, block: int, symmetric: bool, level: int,
+             algorithms: tuple[str, ...]) -> tuple[Option, ...]:
     found: list[Option] = []
     if bits is None:
         found.append(Option("bits", int, 8, "Weight bits per value: 8 (near-lossless) or 4 (half the bytes, "
@@ -307,8 +312,9 @@ def _options(bits: int | None, block: int, symmetric: bool, level: int, algorith
 
 @hookimpl
 def register_quantizers():
-    common = {"requires": ("onnxruntime", "onnx"), "install": "onnxlite[cpu]", "applies_to": ("matmul", "transformer"),
-              "skip_reason": skip_reason}
+    common: dict[str, Any] = {"requires": ("onnxruntime", "onnx"), "install": "onnxlite[cpu]",
+                              "applies_to": ("matmul", "transformer"),
+                              "skip_reason": skip_reason}
     return [
         QuantizerSpec(
             name="weightonly",

@@ -111,34 +111,40 @@ def parse_manifest(doc: dict[str, Any], path: Path) -> Manifest:
     entries = doc.get("models")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise UsageError(f"{path}: needs at least one [[models]] entry with a source")
-    jobs, names = [], set()
+    jobs: list[ModelJob] = []
+    names: set[str] = set()
     for index, entry in enumerate(entries, 1):
-        where = f"[[models]] #{index}"
-        entry = dict(entry)
-        name = entry.pop("name", None)
-        if "source" not in entry:
-            raise UsageError(f"{path}: {where}: needs a source")
-        if name is None:
-            name = Path(str(entry["source"]).split(":")[0].rstrip("/")).stem or f"model{index}"
-        for key, value in entry.items():
-            _check(path, f"model {name!r}", key, value, LIGHTEN_KEYS)
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise UsageError(f"{path}: {where}: name {name!r} must be letters, digits, '.', '_' or '-' "
-                             "(it names the model's OUTDIR)")
-        if name in names:
-            raise UsageError(f"{path}: two models are named {name!r}; give one a different name")
-        names.add(name)
-        options = {**defaults, **entry}
-        for key in PATH_KEYS:
-            if key in options:
-                options[key] = _resolve(options[key], base, must_exist=key == "source")
-        for key in ("data_options", "calibration_options"):
-            if key in options:
-                options[key] = {k: _resolve(v, base, must_exist=True) for k, v in options[key].items()}
-        if isinstance(options.get("strategies"), str):
-            options["strategies"] = [s.strip() for s in options["strategies"].split(",") if s.strip()]
-        jobs.append(ModelJob(name, options))
+        job = _model_job(path, base, index, dict(entry), defaults)
+        if job.name in names:
+            raise UsageError(f"{path}: two models are named {job.name!r}; give one a different name")
+        names.add(job.name)
+        jobs.append(job)
     return Manifest(path=path, models=tuple(jobs), sweep=sweep, defaults=defaults)
+
+
+def _model_job(path: Path, base: Path, index: int, entry: dict[str, Any], defaults: dict[str, Any]) -> ModelJob:
+    """One [[models]] entry, checked, with [defaults] under it and its paths taken from the manifest's folder."""
+    where = f"[[models]] #{index}"
+    name = entry.pop("name", None)
+    if "source" not in entry:
+        raise UsageError(f"{path}: {where}: needs a source")
+    if name is None:
+        name = Path(str(entry["source"]).split(":")[0].rstrip("/")).stem or f"model{index}"
+    for key, value in entry.items():
+        _check(path, f"model {name!r}", key, value, LIGHTEN_KEYS)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise UsageError(f"{path}: {where}: name {name!r} must be letters, digits, '.', '_' or '-' "
+                         "(it names the model's OUTDIR)")
+    options = {**defaults, **entry}
+    for key in PATH_KEYS:
+        if key in options:
+            options[key] = _resolve(options[key], base, must_exist=key == "source")
+    for key in ("data_options", "calibration_options"):
+        if key in options:
+            options[key] = {k: _resolve(v, base, must_exist=True) for k, v in options[key].items()}
+    if isinstance(options.get("strategies"), str):
+        options["strategies"] = [s.strip() for s in options["strategies"].split(",") if s.strip()]
+    return ModelJob(name, options)
 
 
 def _table(doc: dict[str, Any], key: str, path: Path) -> dict[str, Any]:

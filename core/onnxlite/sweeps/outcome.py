@@ -1,4 +1,4 @@
-"""What a sweep keeps of each model's lighten: a small record, enough for the summary table."""
+"""What a sweep keeps: a small record of each model's lighten (enough for the summary table), and the sweep's result."""
 
 from __future__ import annotations
 
@@ -45,8 +45,27 @@ class ModelOutcome:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+@dataclass
+class SweepResult:
+    output_dir: Path
+    manifest: str
+    models: list[ModelOutcome]
+    executor: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    reports: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(m.status == "lightened" for m in self.models)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output_dir": str(self.output_dir), "manifest": self.manifest, "executor": self.executor,
+                "seconds": self.seconds, "reports": {k: str(v) for k, v in self.reports.items()},
+                "models": [m.to_dict() for m in self.models]}
+
+
 def from_lighten(name: str, source: str, result: Any, seconds: float, ran_on: dict[str, Any]) -> ModelOutcome:
-    """The record of a :class:`~onnxlite.lightening.LightenResult` (or its ``to_dict()``)."""
+    """The record of a :class:`~onnxlite.search.results.LightenResult` (or its ``to_dict()``)."""
     data = result if isinstance(result, dict) else result.to_dict()
     winner, base = data.get("winner"), data.get("baseline") or {}
     primary = data.get("primary_metric")
@@ -68,7 +87,7 @@ def from_report(name: str, source: str, outdir: Path) -> ModelOutcome:
     report = json.loads((outdir / "report.json").read_text())
     rows = report.get("rows", [])
     winner = next((r for r in rows if r.get("status") == "winner"), None)
-    base = next((r for r in rows if r.get("status") == "reference"), {})
+    base: dict[str, Any] = next((r for r in rows if r.get("status") == "reference"), {})
     message = next((s["text"] for s in report.get("sections", []) if s.get("heading") == "Result"), "")
     return ModelOutcome(name=name, source=source, status="lightened" if winner else "no winner",
                         output_dir=str(outdir), message=message, winner=winner and winner["name"],

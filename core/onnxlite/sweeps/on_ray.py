@@ -18,8 +18,8 @@ from .outcome import ModelOutcome
 def run_on_ray(jobs: Sequence[ModelJob], root: Path, force: bool, ray_options: Mapping[str, Any], cpus: float,
                finished: Callable[[ModelOutcome], None], emit: Callable[[str, Mapping[str, Any]], None]
                ) -> dict[str, Any]:
-    from ..executors.ray import DEFAULT_MAX_RETRIES, POLL_SECONDS, RayExecutor
     from ..atomic import replace_dir
+    from ..executors.ray import DEFAULT_MAX_RETRIES, POLL_SECONDS, RayExecutor
     from .one_model import path_values, staging_dir
 
     max_retries = ray_options.get("max_retries")
@@ -103,7 +103,7 @@ def _lighten_model(name: str, options: dict[str, Any], files: Mapping[str, str],
             if not isinstance(value, (str, dict)):
                 value = ray.get(value)
             local = materialize(value, Path(tmp) / f"in{index}")
-            relocate(options, key, path, local)
+            relocate(options, key, path, str(local))
         options.setdefault("workers", max(1, int(cpus)))
         extra: dict[str, Any] = {}
         if bench_on:

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .outcome import ModelOutcome
-    from .run import SweepResult
+    from .outcome import ModelOutcome, SweepResult
 
 HEADERS = ("model", "result", "winner", "smaller", "faster", "drop", "budget", "seconds")
 STATUS_COLORS = {"lightened": "#1b9e4b", "no winner": "#e0a100", "failed": "#d64541", "not run": "#7b8794"}
@@ -58,7 +57,7 @@ def render_markdown(result: SweepResult) -> str:
 
 
 def render_html(result: SweepResult) -> str:
-    from ..report_html import CSS
+    from ..report.html import CSS
 
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     head = "".join(f'<th class="{"" if h in {"model", "result", "winner"} else "num"}">{h}</th>' for h in HEADERS)

@@ -1,4 +1,4 @@
-"""``onnxlite.sweep``: lighten every model of a manifest, here or across a Ray cluster, and resume.
+"""``onnxlite.sweep()``: lighten every model of a manifest, here or across a Ray cluster, and resume.
 
 Each model's lighten writes its own OUTDIR (``ROOT/NAME``) atomically, as
 ``lighten`` always does, so an OUTDIR that exists is a finished model: a sweep
@@ -15,37 +15,17 @@ store (or ``shared_dir``) and its OUTDIR comes back to this machine.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import UsageError
 from .manifest import Manifest, ModelJob, read_manifest
 from .one_model import Event, run_here
-from .outcome import ModelOutcome, from_report
+from .outcome import ModelOutcome, SweepResult, from_report
 
 STATE = ".sweep"
-
-
-@dataclass
-class SweepResult:
-    output_dir: Path
-    manifest: str
-    models: list[ModelOutcome]
-    executor: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-    reports: dict[str, Path] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return all(m.status == "lightened" for m in self.models)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"output_dir": str(self.output_dir), "manifest": self.manifest, "executor": self.executor,
-                "seconds": self.seconds, "reports": {k: str(v) for k, v in self.reports.items()},
-                "models": [m.to_dict() for m in self.models]}
 
 
 def sweep(manifest: str | os.PathLike[str] | Manifest, output_dir: str | os.PathLike[str] | None = None, *,
