@@ -135,7 +135,7 @@ def test_recover_strategy_end_to_end(two_convs, tmp_path):
     data = tmp_path / "calib.npz"
     np.savez(data, x=rng.normal(size=(24, 3, 8, 8)).astype(np.float32))
     out = tmp_path / "rec.onnx"
-    result = onnxlite.quantize(two_convs, out, strategy="recover", calibration=str(data), adaround=True,
+    result = onnxlite.quantize(two_convs, out, strategy="recover", calibration=str(data), cle=True, adaround=True,
                                adaround_steps=20)
     assert result.details["recovery"]["cle_pairs"] and result.details["recovery"]["adaround"]
     ops = {n.op_type for n in onnx.load(str(out)).graph.node}

@@ -167,7 +167,7 @@ def train(student: Any, teacher: Any, train_x: Any, held_x: Any, opts: Mapping[s
         optim.zero_grad()
         loss.backward()
         optim.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         step += 1
         if teacher_held is not None and step % max(1, int(opts["check_every"])) == 0:
             checks.append({"step": step, "heldout_drop": held_drop()})
