@@ -75,9 +75,9 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
                              data_options=options, samples=samples,
                              batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
                              seed=seed, confidence=confidence, progress=lambda msg: status.update(f"{msg}..."))
-        nodes = _per_node(reference, candidates[0], data, metrics, settings, options, samples,
-                          batch_size if old_batch_size is None else old_batch_size, seq_len, seed,
-                          status) if per_node else None
+        nodes = _per_node(reference, candidates[0], data, metrics, status, settings=settings, data_options=options,
+                          samples=samples, batch_size=batch_size if old_batch_size is None else old_batch_size,
+                          seq_len=seq_len, seed=seed) if per_node else None
     result.reference = reference   # a reference loaded here is named by what the user typed
     paths = None
     if report_dir:
@@ -111,14 +111,13 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         click.echo("PASS: every candidate is within --max-drop", err=True)
 
 
-def _per_node(reference, candidate, data, metrics, settings, options, samples, batch_size, seq_len, seed, status):
+def _per_node(reference, candidate, data, metrics, status, **options):
     """``--per-node``: one implementation, :func:`onnxlite.evaluation.per_node.per_node_compare`, on the
-    same samples and metrics as the table."""
+    same samples and metrics as the table (``options``: the reference's loading, as compare's)."""
     from ..evaluation.per_node import per_node_compare
 
-    return per_node_compare(reference, candidate, data, metrics=list(metrics) or None, settings=settings,
-                            data_options=options, samples=samples, batch_size=batch_size, seq_len=seq_len,
-                            seed=seed, progress=lambda msg: status.update(f"per node: {msg}..."))
+    return per_node_compare(reference, candidate, data, metrics=list(metrics) or None,
+                            progress=lambda msg: status.update(f"per node: {msg}..."), **options)
 
 
 def _with_per_node(report, nodes, name: str):
