@@ -34,6 +34,7 @@ def two_convs(tmp_path):
                                                     (w3, np.zeros(6), None, 1)])
 
 
+@pytest.mark.unit
 def test_cle_keeps_float_outputs_and_narrows_channel_ranges(two_convs):
     from onnxlite_plugins.quantizers.equalize import equalize
 
@@ -49,6 +50,7 @@ def test_cle_keeps_float_outputs_and_narrows_channel_ranges(two_convs):
     assert pairs[0].spread_after < pairs[0].spread_before
 
 
+@pytest.mark.unit
 def test_cle_through_relu6_replaces_it_or_skips(tmp_path):
     from onnxlite_plugins.quantizers.equalize import equalize
 
@@ -63,6 +65,7 @@ def test_cle_through_relu6_replaces_it_or_skips(tmp_path):
     assert "Clip" not in {n.op_type for n in replaced.graph.node}
 
 
+@pytest.mark.unit
 def test_bounded_cle_through_relu6_keeps_the_calibration_outputs(tmp_path):
     """clip6=bounded scales a Relu6 pair's channels only as far as the calibration data stays under the bound,
     so the float model's outputs on that data do not change, and the spread still narrows."""
@@ -84,6 +87,7 @@ def test_bounded_cle_through_relu6_keeps_the_calibration_outputs(tmp_path):
     assert pairs[0].spread_after < pairs[0].spread_before
 
 
+@pytest.mark.unit
 def test_fold_batchnorm_keeps_outputs(tmp_path):
     from onnx import helper, numpy_helper
 
