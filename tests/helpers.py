@@ -7,20 +7,26 @@ export tests name as ``file.py:name`` sources, so it must stay a plain file that
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxlite.report.model import ModelRow, Report
+
 from conftest import ROOT, save_graph
 
 #: the width of fragile_model's square layers
 FRAGILE_WIDTH = 128
+#: make_mlp's input width
+MLP_WIDTH = 32
 
 
 def streaming_model(path: Path) -> Path:
@@ -53,7 +59,6 @@ def streaming_model(path: Path) -> Path:
     return save_graph(graph, path)
 
 
-
 def write_gemm_head(path: Path) -> Path:
     """Two MatMuls and a Gemm head named as torch.onnx names an nn.Linear (``/model/head/Gemm``, transB=1)."""
     from onnx import TensorProto, helper, numpy_helper
@@ -77,7 +82,6 @@ def write_gemm_head(path: Path) -> Path:
     return path
 
 
-
 def really_quantized(original: Path, output: Path) -> tuple[list[str], list[str]]:
     """(float, quantized): the source's MatMul/Gemm nodes as the written model holds them.
 
@@ -96,7 +100,6 @@ def really_quantized(original: Path, output: Path) -> tuple[list[str], list[str]
     # The same count without names: one integer matmul per quantized layer.
     assert sum(op in integer for op in ops.values()) == len(quantized)
     return kept, quantized
-
 
 
 def misleading_model(path: Path) -> Path:
@@ -124,7 +127,6 @@ def misleading_model(path: Path) -> Path:
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", k])], inits)
     return save_graph(graph, path)
-
 
 
 def fragile_model(path: Path, tiny_b: bool = True) -> Path:
@@ -157,7 +159,6 @@ def fragile_model(path: Path, tiny_b: bool = True) -> Path:
     return save_graph(graph, path)
 
 
-
 def state_on_axis_one_by_the_users_word(path: Path) -> Path:
     """x[batch, 16] and a state whose dims say nothing of its batch (["layers", "frames", 8]: read as axis 0).
 
@@ -185,11 +186,9 @@ def state_on_axis_one_by_the_users_word(path: Path) -> Path:
     return save_graph(graph, path)
 
 
-
 def calibration_npz(path, shape=(8, 3, 16, 16), seed=1):
     np.savez(path, x=np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
     return path
-
 
 
 def fixed_size_detector(path, size: int = 16, batch="batch"):
@@ -212,11 +211,9 @@ def fixed_size_detector(path, size: int = 16, batch="batch"):
     return path
 
 
-
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage"]
-
 
 
 def chromium() -> str:
@@ -237,3 +234,106 @@ def load_script(relative: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+REPORT_PRIMARY = "last_hidden_state.cosine_mean"
+
+
+RESULT_KEYS = ("last_hidden_state.pooled_cosine_mean", "last_hidden_state.pooled_cosine_min")
+
+
+def make_mlp(path: Path, external: bool = False, op: str = "MatMul") -> Path:
+    """x:float32[batch,32] -> MatMul -> Relu -> MatMul -> y:float32[batch,8] (``op`` replaces the first MatMul)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((MLP_WIDTH, MLP_WIDTH)) * 0.2).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((MLP_WIDTH, 8)) * 0.2).astype(np.float32), "w2")]
+    nodes = [helper.make_node(op, ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", MLP_WIDTH])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], inits)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_graph(graph, path, external=external)
+    return path
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (hidden ones too) with a digest of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def sample_report(kind: str = "lighten", latency: bool = True) -> Report:
+    """A report of five rows (reference, winner, ok, rejected, failed) with the metrics a MiniLM run has."""
+    def lat(p50):
+        return {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3, "mean": p50 * 1.05} if latency else None
+
+    rows = [
+        ModelRow("fp32", "/models/fp32.onnx", size_bytes=90_000_000, latency_ms=lat(12.0), throughput=80.0,
+                 load_seconds=0.4, peak_rss_bytes=400_000_000, op_count=410, metrics={REPORT_PRIMARY: 1.0},
+                 status="reference"),
+        ModelRow("dynamic <int8>", "/models/int8.onnx", size_bytes=23_000_000, latency_ms=lat(5.0), throughput=190.0,
+                 load_seconds=0.2, peak_rss_bytes=200_000_000, op_count=520,
+                 metrics={REPORT_PRIMARY: 0.992, "logits.top1_agreement": 0.97}, status="winner", note="per-channel"),
+        ModelRow("fp16", "/models/fp16.onnx", size_bytes=45_000_000, latency_ms=lat(14.0),
+                 metrics={REPORT_PRIMARY: 0.9999}),
+        ModelRow("int4", "/models/int4.onnx", size_bytes=15_000_000, latency_ms=lat(9.0),
+                 metrics={REPORT_PRIMARY: 0.95},
+                 status="rejected", note="below the 0.98 budget"),
+        ModelRow("static", "/models/static.onnx", status="failed", note="calibration data missing"),
+    ]
+    return Report(title="MiniLM, lightened", kind=kind, rows=rows, primary_metric=REPORT_PRIMARY,
+                  settings={"provider": "cpu", "batch": 4, "seq_len": 128},
+                  sections=[("Why these won", "- `dynamic` kept **0.992** cosine\n- int4 lost too much\n\nDone.")])
+
+
+def sample_lighten_result() -> Any:
+    """A MiniLM lighten result as the report page shows it: a winner, two within budget, four over, one failed."""
+    from onnxlite.search.results import CandidateRow, LightenResult
+
+    def lat(p50):
+        return {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.2, "mean": p50}
+
+    def interval(estimate, upper):
+        return {"estimate": estimate, "low": estimate * 0.6, "high": upper * 1.05, "upper": upper}
+
+    def row(name, strategy, status, size, p50, drops, reason, ops=None, excluded=()):
+        return CandidateRow(name=name, strategy=strategy, options={"op_types": ["MatMul", "Gemm"]}, status=status,
+                            size_bytes=size, latency_ms=lat(p50) if p50 else None, reason=reason,
+                            drops=dict(zip(RESULT_KEYS, drops)),
+                            intervals={k: interval(d, d * 1.3 + 1e-4) for k, d in zip(RESULT_KEYS, drops)},
+                            quantize={"quantized_ops": ops or {"MatMul": 36, "Gather": 1},
+                                      "excluded_nodes": list(excluded), "notes": ["per-channel int8 weights"]})
+
+    base = CandidateRow(name="fp32", strategy="fp32", options={}, status="reference", size_bytes=90_958_582,
+                        latency_ms=lat(1295.4), drops=dict(zip(RESULT_KEYS, (0.0, 0.0))), reason="the exported model")
+    rows = [
+        row("smoothquant[alpha=0.8]", "smoothquant", "winner", 23_189_921, 627.6, (0.00198, 0.00397),
+            "fastest within budget: 3.92x smaller and 2.06x faster than fp32"),
+        row("weightonly[gather=int4]", "weightonly", "ok", 19_470_000, 835.4, (0.0026, 0.0051),
+            "within budget, but against the winner: 1.33x slower, 1.19x smaller"),
+        row("weightonly[gather=int8]", "weightonly", "ok", 23_380_000, 1012.8, (0.0012, 0.0030),
+            "within budget, but against the winner: 1.61x slower, 1.01x larger"),
+        row("dynamic[op_types=MatMul,Gemm,Gather]", "dynamic", "rejected", 23_060_000, None, (0.0067, 0.0140),
+            "over budget: last_hidden_state.pooled_cosine_mean: drop 0.006713, 95% bound 0.007052 > max 0.005; "
+            "last_hidden_state.pooled_cosine_min: drop 0.014 > max 0.01"),
+        row("dynamic", "dynamic", "rejected", 58_800_000, None, (0.0062, 0.0120), "over budget: ..."),
+        row("int4[block_size=128]", "int4", "rejected", 54_100_000, None, (0.0461, 0.0900), "over budget: ..."),
+        row("weightonly[bits=4,block_size=32,gather=int4]+float16", "weightonly", "rejected", 61_700_000, None,
+            (0.0133, 0.0250), "over budget: ...", excluded=[f"/encoder/layer.{i}/MatMul" for i in range(16)]),
+        CandidateRow(name="brokenplugin", strategy="broken", options={}, status="failed",
+                     reason="quantize failed: /tmp/onnxlite-x/scratch/fp32.onnx: NameError: name 'g' is not defined"),
+    ]
+    verification = {"atol": 1e-4, "rtol": 1e-3, "rows": [
+        {"output": out, "feed_set": fs, "passed": True, "exact": False, "max_abs_diff": 2.4e-6, "cosine_min": 0.9999999}
+        for out in ("last_hidden_state", "pooler_output") for fs in ("batch=2", "batch=3 padded")]}
+    return LightenResult(output_dir=Path("out"), winner=rows[0], baseline=base, candidates=rows, skipped=[],
+                         primary_metric=RESULT_KEYS[0], budgets=dict(zip(RESULT_KEYS, (0.005, 0.01))),
+                         objective="latency",
+                         message="winner: smoothquant[alpha=0.8]: 3.92x smaller, 2.06x faster than fp32, "
+                                 "last_hidden_state.pooled_cosine_mean drop 0.00198 (budget 0.005)",
+                         export={"framework": "pytorch", "verification": verification},
+                         settings={"provider": "cpu", "threads": 2}, data="95 held-out sentences",
+                         evidence={"metric_why": {RESULT_KEYS[0]: "last_hidden_state is token embeddings ([batch, seq, "
+                                                           "hidden] with an attention mask: mean-pooled)"}})

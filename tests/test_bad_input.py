@@ -22,32 +22,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-from conftest import make_plugin_dist, run_cli, save_graph
+from conftest import make_plugin_dist, run_cli
+from helpers import MLP_WIDTH, make_mlp, tree
 
-K = 32
-
-
-def make_mlp(path: Path, external: bool = False, op: str = "MatMul") -> Path:
-    """x:float32[batch,32] -> MatMul -> Relu -> MatMul -> y:float32[batch,8] (``op`` replaces the first MatMul)."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((K, K)) * 0.2).astype(np.float32), "w1"),
-             numpy_helper.from_array((rng.standard_normal((K, 8)) * 0.2).astype(np.float32), "w2")]
-    nodes = [helper.make_node(op, ["x", "w1"], ["h"], name="fc1"),
-             helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], inits)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_graph(graph, path, external=external)
-    return path
-
-
-def tree(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` (hidden ones too) with a digest of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+K = MLP_WIDTH
 
 
 def one_error_line(err: str, needle: str | None = None) -> str:

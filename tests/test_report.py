@@ -14,35 +14,11 @@ from onnxlite.report.files import write_report
 from onnxlite.report.model import ModelRow, Report
 from onnxlite.report.text import render_table
 
-from helpers import CHROMIUM_FLAGS, chromium
-
-PRIMARY = "last_hidden_state.cosine_mean"
-
-
-def _report(kind: str = "lighten", latency: bool = True) -> Report:
-    def lat(p50):
-        return {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3, "mean": p50 * 1.05} if latency else None
-
-    rows = [
-        ModelRow("fp32", "/models/fp32.onnx", size_bytes=90_000_000, latency_ms=lat(12.0), throughput=80.0,
-                 load_seconds=0.4, peak_rss_bytes=400_000_000, op_count=410, metrics={PRIMARY: 1.0},
-                 status="reference"),
-        ModelRow("dynamic <int8>", "/models/int8.onnx", size_bytes=23_000_000, latency_ms=lat(5.0), throughput=190.0,
-                 load_seconds=0.2, peak_rss_bytes=200_000_000, op_count=520,
-                 metrics={PRIMARY: 0.992, "logits.top1_agreement": 0.97}, status="winner", note="per-channel"),
-        ModelRow("fp16", "/models/fp16.onnx", size_bytes=45_000_000, latency_ms=lat(14.0),
-                 metrics={PRIMARY: 0.9999}),
-        ModelRow("int4", "/models/int4.onnx", size_bytes=15_000_000, latency_ms=lat(9.0), metrics={PRIMARY: 0.95},
-                 status="rejected", note="below the 0.98 budget"),
-        ModelRow("static", "/models/static.onnx", status="failed", note="calibration data missing"),
-    ]
-    return Report(title="MiniLM, lightened", kind=kind, rows=rows, primary_metric=PRIMARY,
-                  settings={"provider": "cpu", "batch": 4, "seq_len": 128},
-                  sections=[("Why these won", "- `dynamic` kept **0.992** cosine\n- int4 lost too much\n\nDone.")])
+from helpers import CHROMIUM_FLAGS, REPORT_PRIMARY, chromium, sample_report
 
 
 def test_ratios_use_the_reference_row():
-    report = _report()
+    report = sample_report()
     report.rows[0], report.rows[1] = report.rows[1], report.rows[0]   # reference is no longer first
     ratios = report.ratios()
     assert report.baseline_index == 1
@@ -54,16 +30,16 @@ def test_ratios_use_the_reference_row():
 
 
 def test_metric_names_put_the_primary_first():
-    assert _report().metric_names() == [PRIMARY, "logits.top1_agreement"]
+    assert sample_report().metric_names() == [REPORT_PRIMARY, "logits.top1_agreement"]
 
 
 def test_render_table_shows_every_measured_column():
     from rich.console import Console
 
     console = Console(record=True, width=260)
-    console.print(render_table(_report()))
+    console.print(render_table(sample_report()))
     text = console.export_text()
-    for needle in ("fp32", "dynamic <int8>", "p50 ms", "p99 ms", "throughput", "peak RSS", "speedup", PRIMARY,
+    for needle in ("fp32", "dynamic <int8>", "p50 ms", "p99 ms", "throughput", "peak RSS", "speedup", REPORT_PRIMARY,
                    "0.9920", "2.40×", "calibration data missing", "reference", "winner", "rejected", "failed"):
         assert needle in text, needle
 
@@ -76,13 +52,13 @@ def test_table_leaves_out_figures_nobody_measured():
 
 
 def test_write_report_writes_three_files_atomically(tmp_path):
-    report = _report()
+    report = sample_report()
     target = tmp_path / "nested" / "report"
     paths = write_report(report, target)
     assert set(paths) == {"html", "json", "md"}
     assert sorted(p.name for p in target.iterdir()) == ["report.html", "report.json", "report.md"]
     data = json.loads(paths["json"].read_text())
-    assert data["kind"] == "lighten" and data["primary_metric"] == PRIMARY and data["baseline"] == "fp32"
+    assert data["kind"] == "lighten" and data["primary_metric"] == REPORT_PRIMARY and data["baseline"] == "fp32"
     assert data["rows"][1]["ratios"]["speedup"] == pytest.approx(12 / 5)
     back = Report.from_dict(data)
     assert back.rows == report.rows and back.sections == report.sections and back.settings == report.settings
@@ -102,7 +78,7 @@ def test_write_report_refuses_a_file(tmp_path):
     blocker = tmp_path / "taken"
     blocker.write_text("x")
     with pytest.raises(UsageError, match="not a folder"):
-        write_report(_report(), blocker)
+        write_report(sample_report(), blocker)
     assert blocker.read_text() == "x"
 
 
@@ -114,7 +90,7 @@ def test_json_stays_valid_with_nan():
 def test_html_is_self_contained_and_escaped():
     from onnxlite.report.html import render_html
 
-    html = render_html(_report())
+    html = render_html(sample_report())
     assert "<script" not in html and "<link" not in html and "@import" not in html
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "dynamic &lt;int8&gt;" in html and "dynamic <int8>" not in html
@@ -128,10 +104,10 @@ def test_html_is_self_contained_and_escaped():
 def test_html_without_latency_plots_size_against_the_primary_metric():
     from onnxlite.report.html import render_html
 
-    html = render_html(_report(kind="compare", latency=False))
+    html = render_html(sample_report(kind="compare", latency=False))
     assert "Size against accuracy" in html
     assert html.count('<g class="point"') == 4
-    assert f">{PRIMARY}</text>" in html
+    assert f">{REPORT_PRIMARY}</text>" in html
 
 
 # -- rendered in a real browser -----------------------------------------------------------------------
@@ -140,7 +116,7 @@ def test_html_without_latency_plots_size_against_the_primary_metric():
 def rendered(tmp_path_factory):
     browser = chromium()
     root = tmp_path_factory.mktemp("html")
-    paths = write_report(_report(), root / "report")
+    paths = write_report(sample_report(), root / "report")
     url = paths["html"].resolve().as_uri()
     base = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={root / 'profile'}"]
     dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)

@@ -8,68 +8,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from helpers import CHROMIUM_FLAGS, chromium
-
-KEYS = ("last_hidden_state.pooled_cosine_mean", "last_hidden_state.pooled_cosine_min")
-
-
-def _result():
-    from onnxlite.search.results import CandidateRow, LightenResult
-
-    def lat(p50):
-        return {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.2, "mean": p50}
-
-    def interval(estimate, upper):
-        return {"estimate": estimate, "low": estimate * 0.6, "high": upper * 1.05, "upper": upper}
-
-    def row(name, strategy, status, size, p50, drops, reason, ops=None, excluded=()):
-        return CandidateRow(name=name, strategy=strategy, options={"op_types": ["MatMul", "Gemm"]}, status=status,
-                            size_bytes=size, latency_ms=lat(p50) if p50 else None, reason=reason,
-                            drops=dict(zip(KEYS, drops)),
-                            intervals={k: interval(d, d * 1.3 + 1e-4) for k, d in zip(KEYS, drops)},
-                            quantize={"quantized_ops": ops or {"MatMul": 36, "Gather": 1},
-                                      "excluded_nodes": list(excluded), "notes": ["per-channel int8 weights"]})
-
-    base = CandidateRow(name="fp32", strategy="fp32", options={}, status="reference", size_bytes=90_958_582,
-                        latency_ms=lat(1295.4), drops=dict(zip(KEYS, (0.0, 0.0))), reason="the exported model")
-    rows = [
-        row("smoothquant[alpha=0.8]", "smoothquant", "winner", 23_189_921, 627.6, (0.00198, 0.00397),
-            "fastest within budget: 3.92x smaller and 2.06x faster than fp32"),
-        row("weightonly[gather=int4]", "weightonly", "ok", 19_470_000, 835.4, (0.0026, 0.0051),
-            "within budget, but against the winner: 1.33x slower, 1.19x smaller"),
-        row("weightonly[gather=int8]", "weightonly", "ok", 23_380_000, 1012.8, (0.0012, 0.0030),
-            "within budget, but against the winner: 1.61x slower, 1.01x larger"),
-        row("dynamic[op_types=MatMul,Gemm,Gather]", "dynamic", "rejected", 23_060_000, None, (0.0067, 0.0140),
-            "over budget: last_hidden_state.pooled_cosine_mean: drop 0.006713, 95% bound 0.007052 > max 0.005; "
-            "last_hidden_state.pooled_cosine_min: drop 0.014 > max 0.01"),
-        row("dynamic", "dynamic", "rejected", 58_800_000, None, (0.0062, 0.0120), "over budget: ..."),
-        row("int4[block_size=128]", "int4", "rejected", 54_100_000, None, (0.0461, 0.0900), "over budget: ..."),
-        row("weightonly[bits=4,block_size=32,gather=int4]+float16", "weightonly", "rejected", 61_700_000, None,
-            (0.0133, 0.0250), "over budget: ...", excluded=[f"/encoder/layer.{i}/MatMul" for i in range(16)]),
-        CandidateRow(name="brokenplugin", strategy="broken", options={}, status="failed",
-                     reason="quantize failed: /tmp/onnxlite-x/scratch/fp32.onnx: NameError: name 'g' is not defined"),
-    ]
-    verification = {"atol": 1e-4, "rtol": 1e-3, "rows": [
-        {"output": out, "feed_set": fs, "passed": True, "exact": False, "max_abs_diff": 2.4e-6, "cosine_min": 0.9999999}
-        for out in ("last_hidden_state", "pooler_output") for fs in ("batch=2", "batch=3 padded")]}
-    return LightenResult(output_dir=Path("out"), winner=rows[0], baseline=base, candidates=rows, skipped=[],
-                         primary_metric=KEYS[0], budgets=dict(zip(KEYS, (0.005, 0.01))), objective="latency",
-                         message="winner: smoothquant[alpha=0.8]: 3.92x smaller, 2.06x faster than fp32, "
-                                 "last_hidden_state.pooled_cosine_mean drop 0.00198 (budget 0.005)",
-                         export={"framework": "pytorch", "verification": verification},
-                         settings={"provider": "cpu", "threads": 2}, data="95 held-out sentences",
-                         evidence={"metric_why": {KEYS[0]: "last_hidden_state is token embeddings ([batch, seq, "
-                                                           "hidden] with an attention mask: mean-pooled)"}})
+from helpers import CHROMIUM_FLAGS, RESULT_KEYS, chromium, sample_lighten_result
 
 
 def test_the_page_opens_with_the_verdict_and_holds_every_part():
     from onnxlite.report.html import render_html
 
-    html = render_html(_result().to_report())
+    html = render_html(sample_lighten_result().to_report())
     assert "<script" not in html and not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     order = [html.index(s) for s in ("Verdict", "Trade-off", "Candidates", "Environment", "Details per candidate",
                                      "Export verification: every check")]
@@ -101,7 +49,7 @@ def measured(tmp_path_factory):
 
     browser = chromium()
     root = tmp_path_factory.mktemp("layout")
-    paths = write_report(_result().to_report(), root / "report")
+    paths = write_report(sample_lighten_result().to_report(), root / "report")
     probe = root / "probe.html"
     script = """<script>
     window.addEventListener('load', () => {
@@ -174,9 +122,9 @@ def test_the_chart_draws_a_budgeted_metric_and_small_models_in_kb():
     from onnxlite.report.html import PALETTE
     from onnxlite.report.lighten_page import tradeoff_svg
 
-    report = _result().to_report()
-    report.budgets = {KEYS[1]: 0.01}            # the primary metric has no budget: draw the one that has
+    report = sample_lighten_result().to_report()
+    report.budgets = {RESULT_KEYS[1]: 0.01}            # the primary metric has no budget: draw the one that has
     for row in report.rows:
         row.size_bytes = row.size_bytes // 1000 if row.size_bytes else None
     svg = tradeoff_svg(report, "size", PALETTE)
-    assert f'aria-label="{KEYS[1]} drop against size on disk (KB)"' in svg and "budget 0.01" in svg
+    assert f'aria-label="{RESULT_KEYS[1]} drop against size on disk (KB)"' in svg and "budget 0.01" in svg
