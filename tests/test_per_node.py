@@ -8,7 +8,8 @@ import sys
 
 import numpy as np
 import pytest
-from recovery_models import conv_chain
+
+from helpers import conv_chain
 
 pytest.importorskip("onnxruntime")
 

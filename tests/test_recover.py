@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from recovery_models import conv_chain
+
+from helpers import conv_chain
 
 ort = pytest.importorskip("onnxruntime")
 
