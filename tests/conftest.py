@@ -44,6 +44,24 @@ def basic_optimized(path: Path, folder: Path, disabled=()):
     return session, onnx.load(options.optimized_model_filepath)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """lighten's result cache in a folder of this session: never the user's, never a previous run's."""
+    old = os.environ.get("ONNXLITE_CACHE_DIR")
+    os.environ["ONNXLITE_CACHE_DIR"] = str(tmp_path_factory.mktemp("onnxlite-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ONNXLITE_CACHE_DIR", None)
+    else:
+        os.environ["ONNXLITE_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory, monkeypatch):
+    """Each test its own result cache, so one test's candidates are never another's cache hits."""
+    monkeypatch.setenv("ONNXLITE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
 @pytest.fixture
 def fresh_plugins(monkeypatch):
     """Forget cached plugins before and after a test that changes the environment."""

@@ -381,3 +381,48 @@ def conv_chain(path: Path, layers: list[tuple[np.ndarray, np.ndarray, str | None
 
     onnx_save(model, str(path))
     return path
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def assert_no_markdown(text: str) -> None:
+    """No Markdown syntax is left in a page's text: no table rules, bold markers, backticks, list bullets or
+    pipe rows."""
+    import re
+
+    assert not re.search(r"\|\s*-{3,}|\*\*|`", text), re.search(r".{0,40}(\|\s*-{3,}|\*\*|`).{0,40}", text)
+    assert not re.search(r"(^|\n)\s*[-*] ", text), re.search(r"(^|\n)\s*[-*] .{0,60}", text)
+    assert not re.search(r"(^|\n)\s*\|.*\|\s*($|\n)", text)
+
+
+def check_report_page(page: Path, tmp: Path, unit: str) -> None:
+    """A lighten report page as issue 25 wants it: well-formed XML; in headless Chromium, two trade-off charts
+    whose axes have at least 3 tick labels, a 0 on y and a zero line, sizes in ``unit``; no Markdown left in the
+    text, no figure with 7+ significant digits, no JSON in the settings."""
+    import re
+    import subprocess
+    import xml.etree.ElementTree as ET
+    from html import unescape
+
+    ET.fromstring(page.read_text().replace("<!DOCTYPE html>", "", 1))      # the page itself is well-formed
+    dom = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'profile'}",
+                          "--window-size=1280,2400", "--dump-dom", page.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    svgs = re.findall(r"<svg.*?</svg>", dom.stdout, re.S)
+    assert len(svgs) == 2, len(svgs)                              # drop against size, drop against latency
+    for svg in svgs:
+        root = ET.fromstring(svg)
+        for axis in ("x", "y"):
+            ticks = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == f"tick {axis}"]
+            assert len(ticks) >= 3 and all(ticks), (axis, ticks)
+        y_ticks = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "tick y"]
+        assert "0" in y_ticks and [e for e in root.iter(f"{SVG}line") if e.get("class") == "zero"]
+    assert f"size on disk ({unit})" in svgs[0]
+    body = dom.stdout[dom.stdout.index("<body"):]
+    text = unescape(re.sub(r"<[^>]+>", "\n", re.sub(r"<(style|svg)\b.*?</\1>", "", body, flags=re.S)))
+    assert_no_markdown(text)
+    unrounded = re.search(r".{0,40}\d\.0*[1-9]\d{6,}.{0,20}", text)          # 7+ significant digits
+    assert not unrounded, unrounded.group(0)
+    assert "{&quot;" not in dom.stdout and '{"' not in text and "recipe\nFalse" not in text   # no JSON settings

@@ -507,3 +507,41 @@ def test_quantizer_install_hints_name_the_projects_extra(monkeypatch):
     assert len(entries) >= 7
     for entry in entries:
         assert entry.unavailable_reason() == "onnxruntime is not installed: pip install 'onnxlite[cpu]'", entry.name
+
+
+# ---------------------------------------------------------------- issue 25 §4: late failures
+
+
+def test_unknown_strategy_fails_before_any_work(cli, mlp, tmp_path):
+    """``lighten --strategies nosuch`` fails in one line before the export (no progress, no budget warning)."""
+    before = tree(mlp.parent)
+    out = tmp_path / "out"
+    code, stdout, err = cli("lighten", mlp, "-o", out, "--strategies", "dynamic,nosuch")
+    assert code == 2
+    line = one_error_line(err, "--strategies: unknown quantizer 'nosuch'")
+    assert "dynamic" in line                                 # the known names are listed
+    assert [ln for ln in err.strip().splitlines() if ln.strip()] == [line]    # nothing ran before it
+    assert not out.exists() and tree(mlp.parent) == before
+
+
+TEXT_WRITER = '''
+from onnxlite import hookimpl, QuantizerSpec
+
+class WritesText:
+    def quantize(self, model, output, options, context):
+        output.write_text("this is not a model")
+
+@hookimpl
+def register_quantizers():
+    return [QuantizerSpec(name="textwriter", description="writes text", factory=WritesText)]
+'''
+
+
+def test_a_strategy_writing_a_non_onnx_file_is_named_with_its_distribution(cli, mlp, tmp_path, fresh_plugins):
+    site = make_plugin_dist(tmp_path / "site", "acme-text", "0.2", "acme_text", TEXT_WRITER)
+    fresh_plugins.syspath_prepend(str(site))
+    code, _out, err = cli("quantize", mlp, "-s", "textwriter", "-o", tmp_path / "q.onnx")
+    assert code == 1, err
+    line = one_error_line(err, "strategy 'textwriter' (from the acme-text 0.2 distribution) wrote a file that is "
+                               "not an ONNX model")
+    assert ".work" not in line and "out.onnx" not in line and not (tmp_path / "q.onnx").exists()

@@ -447,3 +447,17 @@ def test_models_onnxruntime_runs_are_benched_though_onnx_checker_refuses_them(tm
     half = onnxlite.quantize(path, tmp_path / "half.onnx", strategy="fp16", keep_io_types=False)
     result = onnxlite.bench([path, half.path], batch=2, runs=3, warmup=1)
     assert [r.latency_ms["p50"] > 0 for r in result.rows] == [True, True]
+
+
+def test_seq_len_is_shown_only_for_models_with_a_sequence_axis(models):
+    """Issue 25 §2: an MLP ``[batch, 8]`` has no sequence axis, so neither its bench settings nor compare's data
+    line speak of one; a token model's do."""
+    import onnxlite
+
+    tokens = onnxlite.bench([models["tokens"]], batch=2, seq_len=16, runs=3, warmup=0)
+    assert tokens.to_dict()["seq_len"] == 16 and tokens.to_report().settings["seq_len"] == 16
+    mlp = onnxlite.bench([models["tiny"]], batch=2, runs=3, warmup=0)
+    assert mlp.to_dict()["seq_len"] is None and "seq_len" not in mlp.to_report().settings
+    compared = onnxlite.compare(models["tiny"], models["tiny"], samples=8)
+    assert "seq" not in compared.data and "generated" in compared.data
+    assert "(padded, seq " in onnxlite.compare(models["tokens"], models["tokens"], samples=4).data

@@ -148,3 +148,23 @@ def test_a_ctc_output_whose_strings_change_fails_its_default_budget_while_cosine
     assert drops["softmax_probs.cosine_mean"] < budgets["softmax_probs.cosine_mean"], drops
     assert drops["softmax_probs.ctc_agreement"] == pytest.approx(0.1)
     assert drops["softmax_probs.ctc_agreement"] > budgets["softmax_probs.ctc_agreement"]
+
+
+@pytest.mark.unit
+def test_a_pooled_output_with_a_meaningless_name_is_an_embedding_by_use():
+    """Issue 25 §4: a sentence embedder's ``[batch, hidden]`` output named ``onnx::Shape_422`` is judged as an
+    embedding (no top-1 agreement) because it is as wide as the token embeddings beside it, or unit-length;
+    a lone ``[batch, 10]`` output stays classification logits."""
+    rng = np.random.default_rng(3)
+    tokens = rng.normal(0, 1, (4, 6, 32)).astype(np.float32)
+    pooled = tokens.mean(axis=1)
+    outputs = {"last_hidden_state": tokens, "onnx::Shape_422": pooled}
+    context = MetricContext("onnx::Shape_422", {}, None, outputs)
+    assert output_kind("onnx::Shape_422", pooled, context) == "embedding"
+    names = {m.key for m in resolve_metrics(outputs, {})}
+    assert "onnx::Shape_422.top1_agreement" not in names and "onnx::Shape_422.cosine_mean" in names
+    unit = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+    assert _kind("output_1", unit) == "embedding"                       # normalised rows, alone
+    logits = rng.normal(0, 3, (4, 10)).astype(np.float32)
+    assert _kind("output_1", logits) == "classification logits"
+    assert output_kind("logits", pooled, context) == "classification logits"   # a class name still decides

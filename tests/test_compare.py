@@ -405,3 +405,44 @@ def test_an_fp16_model_with_float16_inputs_takes_the_same_samples(tmp_path):
     assert half.details["check"]["ran"]
     result = onnxlite.compare(str(path), [str(half.path)], max_drop="1%")
     assert result.candidates[0].passed, result.candidates[0].to_dict()
+
+
+# -- issue 25 §2: what compare says about its own inputs ---------------------------------------------------------
+
+def test_compare_warns_on_a_budget_of_half_or_more(digits):
+    import onnxlite
+
+    for budget in ("1", "150%"):
+        result = onnxlite.compare(digits["fp32"], digits["int8"], data=digits["data"], max_drop=budget)
+        warned = [n for n in result.notes if "nearly any candidate passes" in n]
+        assert len(warned) == 1 and "(1% is 0.01)" in warned[0], result.notes
+    quiet = onnxlite.compare(digits["fp32"], digits["int8"], data=digits["data"], max_drop="2%")
+    assert not [n for n in quiet.notes if "nearly any candidate passes" in n]
+
+
+def test_compare_says_when_labels_fit_no_output(digits, tmp_path):
+    import onnxlite
+
+    data = tmp_path / "shifted.npz"
+    np.savez(data, x=digits["x"], labels=(digits["y"] + 1).astype(np.int64))   # 1..10 for 10 classes
+    result = onnxlite.compare(digits["fp32"], digits["int8"], data=data)
+    assert "logits.accuracy" not in result.metrics
+    assert any("labels range over [1, 10] but output 'logits' has 10 classes" in n for n in result.notes)
+    fitting = onnxlite.compare(digits["fp32"], digits["int8"], data=digits["data"])
+    assert not [n for n in fitting.notes if "labels range" in n]
+
+
+def test_compare_says_the_two_models_take_different_inputs(digits, tmp_path):
+    import onnx
+
+    renamed = onnx.load(str(digits["int8"]))
+    for node in renamed.graph.node:
+        node.input[:] = ["img" if i == "x" else i for i in node.input]
+    renamed.graph.input[0].name = "img"
+    path = tmp_path / "img_int8.onnx"
+    onnx.save(renamed, str(path))
+    proc = run_cli("compare", str(digits["fp32"]), str(path), "--data", str(digits["data"]))
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "the reference and this candidate take different inputs" in last and "takes img" in last, last
+    assert "Traceback" not in proc.stderr

@@ -240,3 +240,63 @@ def test_real_minilm_folder_exports_and_verifies(tmp_path, monkeypatch):
     top = {row["output"]: row for row in result.rows}["last_hidden_state"]
     assert top["max_abs_diff"] < 1e-3 and top["cosine_min"] > 0.9999
     assert json.loads(result.metadata["onnxlite.transformers_config"])["hidden_size"] == 384
+
+
+# -- issue 25 §4: bfloat16 buffers -------------------------------------------------------------------------------
+
+BF16_SOURCE = '''
+import torch
+
+
+class Rotary(torch.nn.Module):
+    """A rotary-style table kept in bfloat16; sliced by the sequence length, so no exporter folds it away."""
+
+    def __init__(self, compute_in_bf16=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.compute_in_bf16 = compute_in_bf16
+        self.register_buffer("table", torch.randn(64).to(torch.bfloat16))
+
+    def forward(self, x):
+        t = self.table[: x.shape[1]]
+        half = t.shape[0] // 2
+        rotated = torch.cat([-t[half:], t[:half]])
+        if self.compute_in_bf16:      # the product itself in bfloat16: a float32 table would change it
+            return (x.to(torch.bfloat16) * rotated).float()
+        return x * rotated
+
+
+exact = Rotary().eval()
+inexact = Rotary(compute_in_bf16=True).eval()
+'''
+
+
+def test_bfloat16_buffers_are_cast_to_float32_when_exact_and_said(tmp_path):
+    source = tmp_path / "rotary.py"
+    source.write_text(BF16_SOURCE)
+    result = onnxlite.export(f"{source}:exact", tmp_path / "exact.onnx", inputs=["x:float32[batch,seq]"])
+    assert result.verified
+    assert result.notes and "cast 1 bfloat16 buffer(s)/weight(s) (table) to float32" in result.notes[0]
+    import onnx
+
+    assert all(i.data_type != onnx.TensorProto.BFLOAT16 for i in onnx.load(str(result.path)).graph.initializer)
+
+
+def test_bfloat16_compute_that_a_cast_would_change_is_named_with_op_and_dtype(tmp_path):
+    source = tmp_path / "rotary.py"
+    source.write_text(BF16_SOURCE)
+    with pytest.raises(UsageError) as caught:
+        onnxlite.export(f"{source}:inexact", tmp_path / "inexact.onnx", inputs=["x:float32[batch,seq]"])
+    message = str(caught.value)
+    assert "takes bfloat16, which the cpu provider has no kernel for" in message, message
+    assert "cast it to float32 before exporting" in message
+    assert not (tmp_path / "inexact.onnx").exists()
+
+
+def test_an_unloadable_export_names_the_source_not_the_scratch_file(tmp_path):
+    source = tmp_path / "rotary.py"
+    source.write_text(BF16_SOURCE)
+    with pytest.raises(UsageError) as caught:
+        onnxlite.export(f"{source}:inexact", tmp_path / "inexact.onnx", inputs=["x:float32[batch,seq]"])
+    assert str(caught.value).startswith(f"the model exported from {source}:inexact: onnxruntime cannot load it")
+    assert ".work" not in str(caught.value)

@@ -155,7 +155,7 @@ def _check_select_only(executor: _Recording, result) -> list[str]:
     parts = executor.parts
     assert parts and len(everything) == len(parts["select"]) + len(parts["confirm"])
     select, confirm = everything[parts["select"]], everything[parts["confirm"]]
-    rows = {r.name for r in result.candidates}
+    rows = {r.name for r in result.candidates if not r.same_as}   # a row repeating another never runs (trials)
     whole, probes = [], []
     for name, x in executor.seen:
         if np.array_equal(x, everything):

@@ -13,7 +13,7 @@ from onnxlite.benchmark.bench import BenchResult, BenchRow
 from onnxlite.evaluation.judge import CandidateResult
 from onnxlite.figures import FIGURES, JUDGED, MEASURED, Figures, copy_figures, figures_of
 from onnxlite.report.model import ModelRow
-from onnxlite.search.results import CandidateRow, LightenResult, _row
+from onnxlite.search.results import CandidateRow, LightenResult, candidate_row
 from onnxlite.search.tasks import TaskResult
 
 pytestmark = pytest.mark.unit
@@ -47,7 +47,7 @@ def test_a_candidate_carries_every_figure_from_its_task_to_the_report_json():
     task = TaskResult(name="dynamic", strategy="dynamic", options={}, **_figures(1))
     # the task's result crosses a process boundary as JSON
     task = TaskResult.from_dict(json.loads(json.dumps(task.to_dict())))
-    row = _row(task)
+    row = candidate_row(task)
     assert figures_of(row) == _figures(1)
     base = CandidateRow(name="fp32", strategy="none", options={}, status="reference", **_figures(2))
     result = LightenResult(output_dir=Path("out"), winner=None, baseline=base, candidates=[row], skipped=[],

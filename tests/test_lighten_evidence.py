@@ -93,7 +93,8 @@ def test_option_grids_are_decided_on_the_select_part_alone():
             _row("dynamic", "dynamic", 1001, select=0.009, drop=0.002)]
     notes = select_on_grids(rows, "m")
     # the select part's best stays even though its confirm drop is worse; another strategy is not a grid point
-    assert rows[1].status == "ok" and rows[0].status == "rejected" and "select part" in rows[0].reason
+    # issue 25 §2: its own status, not "rejected" (which means over budget or no lighter than fp32)
+    assert rows[1].status == "ok" and rows[0].status == "lost its grid" and "select part" in rows[0].reason
     assert rows[2].status == "ok" and len(notes) == 1
 
 

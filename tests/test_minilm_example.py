@@ -34,6 +34,10 @@ def test_minilm_example_lightens_within_budget(tmp_path):
     assert any(c["size_bytes"] * 3.5 <= result["baseline"]["size_bytes"] for c in within), \
         [(c["name"], c["status"], c["size_bytes"]) for c in result["candidates"]]
     assert (out / "model.onnx").exists() and (out / "report.html").exists()
+    # issue 25 §1: the real MiniLM report is well-formed and renders in Chromium with labelled axes
+    from helpers import check_report_page
+
+    check_report_page(out / "report.html", tmp_path, "MB")
 
     # Check the winner against sentence-transformers' own pooled embeddings, independently of lighten.
     import os

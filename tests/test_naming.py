@@ -24,19 +24,22 @@ def test_candidate_names_read_as_the_command_line_would(strategy, options, name)
     assert candidate_name(strategy, options) == name
 
 
-def _spec(*options: Option) -> QuantizerSpec:
-    return QuantizerSpec(name="demo", description="", factory=object, options=options)
+def _spec(*options: Option, exclude: str | None = None) -> QuantizerSpec:
+    return QuantizerSpec(name="demo", description="", factory=object, options=options, exclude_option=exclude)
 
 
-def test_the_exclusion_option_is_the_multiple_one_named_exclude():
-    assert exclude_option(_spec(Option("exclude", str, multiple=True))) == "exclude"
-    assert exclude_option(_spec(Option("nodes_to_exclude", str, multiple=True))) == "nodes_to_exclude"
-    assert exclude_option(_spec(Option("exclude", str))) is None
+def test_the_exclusion_option_is_the_one_the_spec_declares():
+    assert exclude_option(_spec(Option("exclude", str, multiple=True), exclude="exclude")) == "exclude"
+    assert exclude_option(_spec(Option("skip", str, multiple=True), exclude="skip")) == "skip"
+    # a name that merely looks like an exclusion option is not one (QuantizerSpec.exclude_option decides)
+    assert exclude_option(_spec(Option("exclude", str, multiple=True))) is None
     assert exclude_option(_spec()) is None
+    with pytest.raises(ValueError, match="multiple=True"):
+        _spec(Option("exclude", str), exclude="exclude")
 
 
 def test_keeping_nodes_float_adds_them_escaped_and_names_the_candidate():
-    spec = _spec(Option("exclude", str, multiple=True))
+    spec = _spec(Option("exclude", str, multiple=True), exclude="exclude")
     base = Candidate("dynamic", "dynamic", {"exclude": ("head",)})
     kept = with_keep_float(base, spec, ["/model/fc[0]/MatMul", "a*b?"])
     assert kept.name == "dynamic+float2" and kept.keep_float == ("/model/fc[0]/MatMul", "a*b?")

@@ -147,3 +147,30 @@ def test_plugins_does_not_import_heavy_frameworks():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "HEAVY="
+
+
+BRACKETS = '''
+from onnxlite import hookimpl, MetricSpec
+
+class Frames:
+    def applies(self, reference, context):
+        return reference.ndim == 3
+
+    def compute(self, reference, candidate, context):
+        return 1.0
+
+@hookimpl
+def register_metrics():
+    return [MetricSpec(name="framewise", description="agreement over [batch, frames, classes] outputs",
+                       factory=Frames, default=False)]
+'''
+
+
+def test_list_plugins_and_plugins_share_one_renderer_that_keeps_brackets(tmp_path):
+    """Issue 25 §3: a description's ``[batch, frames, classes]`` is not eaten as rich markup by either listing."""
+    site = make_plugin_dist(tmp_path / "site", "acme-frames", "0.1", "acme_frames", BRACKETS)
+    short = run_cli("--list-plugins", site=site, env={"COLUMNS": "200"})
+    long = run_cli("plugins", site=site, env={"COLUMNS": "200"})
+    assert short.returncode == 0 and long.returncode == 0, short.stderr + long.stderr
+    assert "[batch, frames, classes]" in short.stdout and "[batch, frames, classes]" in long.stdout
+    assert short.stdout == long.stdout

@@ -147,3 +147,52 @@ def test_every_int8_strategy_refuses_an_empty_op_types(bert, tmp_path):
             onnxlite.quantize(bert, tmp_path / f"{strategy}.onnx", strategy=strategy, op_types=[],
                               calibration=calibration if strategy == "smoothquant" else None)
         assert not (tmp_path / f"{strategy}.onnx").exists()
+
+
+# -- issue 25 §4: a fusion onnxruntime would refuse ------------------------------------------------------------
+
+def _rms_norm_graph(path, gamma_shape):
+    """MatMul, a residual Add and an RMSNorm (Pow, ReduceMean, Add eps, Sqrt, Div, Mul, Mul gamma): the pattern
+    onnxruntime's optimizer fuses into SkipSimplifiedLayerNormalization, gamma as the export left it."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n)
+             for n, v in (("two", 2.0), ("eps", 1e-6), ("one", 1.0))]
+    inits += [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(gamma_shape)).astype(np.float32), "gamma"),
+              numpy_helper.from_array((0.2 * rng.standard_normal((8, 8))).astype(np.float32), "w")]
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["h"], name="proj"),
+             helper.make_node("Add", ["h", "b"], ["s"], name="residual"),
+             helper.make_node("Pow", ["s", "two"], ["p"]),
+             helper.make_node("ReduceMean", ["p"], ["m"], axes=[-1], keepdims=1),
+             helper.make_node("Add", ["m", "eps"], ["e"]), helper.make_node("Sqrt", ["e"], ["r"]),
+             helper.make_node("Div", ["one", "r"], ["inv"]), helper.make_node("Mul", ["s", "inv"], ["n"]),
+             helper.make_node("Mul", ["n", "gamma"], ["y"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", 8]) for n in ("a", "b", "y")]
+    model = helper.make_model(helper.make_graph(nodes, "rms", io[:2], io[2:], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("gamma_shape", [(1, 1, 8), (8,)])
+def test_transformer_leaves_out_a_skip_norm_fusion_onnxruntime_refuses(tmp_path, gamma_shape):
+    import onnx
+    import onnxruntime as ort
+
+    import onnxlite
+
+    source = _rms_norm_graph(tmp_path / "rms.onnx", gamma_shape)
+    result = onnxlite.quantize(source, tmp_path / "fused.onnx", strategy="transformer", quantize=False)
+    ops = {n.op_type for n in onnx.load(str(result.path)).graph.node}
+    feeds = {k: np.random.default_rng(1).standard_normal((2, 3, 8)).astype(np.float32) for k in ("a", "b")}
+    fused = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    plain = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-5)      # it runs, and computes the same
+    left_out = [n for n in result.notes if "skip layer norm fusion left out" in n]
+    if len(gamma_shape) == 3:
+        assert left_out and "gamma of rank 3" in left_out[0] and "SkipSimplifiedLayerNormalization" not in ops
+    else:
+        assert not left_out and "SkipSimplifiedLayerNormalization" in ops

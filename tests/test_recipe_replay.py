@@ -107,3 +107,27 @@ def test_recipe_round_trips_every_field(tmp_path):
     path.write_text(recipe.to_toml())
     back = read_recipe(path)
     assert back == Recipe(**{**recipe.__dict__, "options": {"method": "MinMax", "op_types": ["MatMul", "Gemm"]}})
+
+
+def test_the_recipe_records_only_options_that_acted_on_the_model(tmp_path):
+    """Issue 25 §2: an op type the graph has no node of (Gather on a MatMul/Gemm head) did nothing, so the
+    recipe lighten writes does not record them; the model it replays quantizes the same nodes."""
+    import onnx
+    import tomllib
+
+    import onnxlite
+
+    from helpers import write_gemm_head
+
+    model = write_gemm_head(tmp_path / "mlp.onnx")
+    asked = tmp_path / "asked.toml"
+    asked.write_text('version = 1\n[strategy]\nname = "dynamic"\n'
+                     '[strategy.options]\nop_types = ["MatMul", "Gemm", "Gather"]\n[budget]\nmax_drop = 0.4\n')
+    result = onnxlite.lighten(str(model), tmp_path / "out", recipe=asked, runs=2)
+    assert result.winner is not None, result.message
+    assert list(result.winner.options["op_types"]) == ["MatMul", "Gemm", "Gather"]   # what was asked
+    recorded = tomllib.loads(result.recipe_path.read_text())["strategy"]["options"]["op_types"]
+    assert recorded == ["MatMul", "Gemm"]                                      # what acted on this graph
+    again = onnxlite.lighten(str(model), tmp_path / "again", recipe=result.recipe_path, runs=2)
+    ops = [sorted(n.op_type for n in onnx.load(str(p)).graph.node) for p in (result.model_path, again.model_path)]
+    assert ops[0] == ops[1]

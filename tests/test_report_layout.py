@@ -27,7 +27,7 @@ def test_the_page_opens_with_the_verdict_and_holds_every_part():
     assert "Judged by" in verdict and "is token embeddings" in verdict     # which metric decided, and why
     # both budgeted metrics, with intervals and bounds, in the table
     table = html[html.index("Candidates"):html.index("Environment")]
-    assert table.count("drop<br>") == 2 and "[0.0012, 0.0028]" in table and "≤ 0.0027" in table
+    assert table.count("drop<br/>") == 2 and "[0.0012, 0.0028]" in table and "≤ 0.0027" in table
     assert "fp32.onnx: NameError" in table and "/tmp/onnxlite-x" not in table
     # the trade-off charts: every candidate with a drop on the size chart, the benchmarked ones on latency
     size_svg = re.search(r'<svg[^>]*class="tradeoff size".*?</svg>', html, re.S).group(0)

@@ -278,6 +278,12 @@ def _human(count: float) -> str:
     return f"{count:.1f} PB"
 
 
+def has_sequence_axis(specs: Sequence[InputSpec]) -> bool:
+    """Whether any input has a dynamic axis besides its sample axis, the one ``seq``/``--seq-len`` sizes
+    (token ids ``[batch, seq]``); an MLP's ``[batch, 64]`` or a CNN's ``[batch, 3, 224, 224]`` has none."""
+    return any(axis != spec.batch_axis for spec in specs if spec.value is None for axis in spec.dynamic_axes)
+
+
 def make_feeds(specs: Sequence[InputSpec], batch: int = 2, seq: int = 8, seed: int = 0,
                pad: bool = True, sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Random but valid inputs for ``specs``.

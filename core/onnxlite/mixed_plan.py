@@ -95,6 +95,17 @@ def promote(chosen: Mapping[str, str], sensitivity: Mapping[str, Mapping[str, fl
     return out
 
 
+def plan_suffix(assign: Sequence[str]) -> str:
+    """What a plan keeps apart from its default, for its candidate name: ``+float1`` (one node left in float, as
+    the partial fallback names it), ``+fp16x2`` (two nodes in fp16); empty when every node takes the default."""
+    from collections import Counter
+
+    counts = Counter(item.rsplit("=", 1)[1] for item in assign)
+    return "".join(f"+float{n}" if scheme == "float" else f"+{scheme}x{n}"
+                   for scheme, n in sorted(counts.items(), key=lambda kv: LIGHTEST_FIRST.index(kv[0])
+                                           if kv[0] in LIGHTEST_FIRST else len(LIGHTEST_FIRST)))
+
+
 def assignment_options(chosen: Mapping[str, str]) -> dict[str, Any]:
     """``mixed`` options for a plan: the most common scheme as ``default``, the rest as ``assign`` items."""
     from collections import Counter

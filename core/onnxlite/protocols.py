@@ -51,9 +51,12 @@ class Exporter(Protocol):
 
 @dataclass
 class QuantizeContext:
-    """What the host hands a quantizer besides the model and options."""
+    """What the host hands a quantizer besides the model and options (docs/plugins.md, "The contracts a
+    quantizer relies on")."""
 
-    #: Calibration feeds (an iterable of ``{input name: array}``), or None.
+    #: Calibration samples: an iterable of feed dicts ``{input name: numpy array}``, one sample each with a batch
+    #: axis of 1 (``input_ids`` as ``int64[1, seq]``), re-iterable, with ``len()``; None when the strategy does
+    #: not ``needs_calibration``.  :class:`onnxlite.calibration.CalibrationReader` batches them for onnxruntime.
     calibration: Any = None
     #: Scratch folder the quantizer may use; removed afterwards.
     workdir: Path | None = None

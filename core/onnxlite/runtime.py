@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,36 @@ def resolve_providers(settings: SessionSettings) -> list[tuple[str, dict[str, An
     return provider.session_providers(dict(settings.provider_options))
 
 
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+
+
+def missing_kernel_hint(path: str | os.PathLike[str], message: str, provider: str = "cpu") -> str:
+    """``; Neg node '/model/Neg' takes bfloat16, which the cpu provider has no kernel for``: the op and the
+    dtype behind onnxruntime's "Could not find an implementation", which names neither cause."""
+    found = _NO_KERNEL.search(message)
+    if not found:
+        return ""
+    import onnx
+
+    op, name = found.groups()
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        types = {i.name: i.data_type for i in model.graph.initializer}
+        inferred = onnx.shape_inference.infer_shapes(model)
+        for info in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+            types.setdefault(info.name, info.type.tensor_type.elem_type)
+        node = next(n for n in model.graph.node if n.name == name)
+    except Exception:  # noqa: BLE001 - a hint must never hide the error it explains
+        return ""
+    dtypes = sorted({onnx.helper.tensor_dtype_to_np_dtype(types[i]).name if types[i] != onnx.TensorProto.BFLOAT16
+                     else "bfloat16" for i in node.input if types.get(i)})
+    if not dtypes:
+        return ""
+    advice = ("; a bfloat16 buffer or weight in the source model computes in bfloat16 there: cast it to float32 "
+              "before exporting" if "bfloat16" in dtypes else "")
+    return f"; {op} node {name!r} takes {', '.join(dtypes)}, which the {provider} provider has no kernel for{advice}"
+
+
 def create_session(model_path: str | os.PathLike[str], settings: SessionSettings | None = None,
                    options: ort.SessionOptions | None = None) -> ort.InferenceSession:
     """An InferenceSession on the requested provider; refuses to run elsewhere."""
@@ -106,7 +137,8 @@ def create_session(model_path: str | os.PathLike[str], settings: SessionSettings
     try:
         session = ort.InferenceSession(str(path), options or session_options(settings), providers=providers)
     except Exception as exc:
-        raise UsageError(f"{path}: onnxruntime cannot load it ({one_line(exc, 300)})") from None
+        hint = missing_kernel_hint(path, str(exc), settings.provider)
+        raise UsageError(f"{path}: onnxruntime cannot load it ({one_line(exc, 300)}){hint}") from None
     wanted = providers[0][0]
     if wanted not in session.get_providers():
         raise UsageError(f"--provider {settings.provider}: onnxruntime did not enable {wanted} "

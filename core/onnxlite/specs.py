@@ -191,6 +191,11 @@ class QuantizerSpec(Spec):
     A search on a provider other than the CPU skips a candidate whose format
     the provider does not run fast, unless the strategy is named.  None:
     unknown, always tried.
+    ``exclude_option``: the name of the strategy's ``multiple=True`` option that keeps nodes in float (node
+    names or glob patterns; ``"exclude"`` in every built-in).  Declaring it is what makes the strategy take
+    part in ``lighten``'s partial fallback (which keeps the worst nodes in float through it); the host checks
+    that every pattern given there matches a node, and compares what the written model keeps in float with
+    it.  None: the strategy cannot keep chosen nodes in float.
     """
 
     kind: ClassVar[str] = "quantizer"
@@ -203,6 +208,14 @@ class QuantizerSpec(Spec):
     avoid: tuple[str, ...] = ()
     skip_reason: Callable[[Any], str | None] | None = None
     output_format: str | Callable[[Mapping[str, Any]], str | None] | None = None
+    exclude_option: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.exclude_option is not None:
+            option = self.option(self.exclude_option)
+            if option is None or not option.multiple:
+                raise ValueError(f"quantizer {self.name!r}: exclude_option={self.exclude_option!r} must name one of "
+                                 "its options declared with multiple=True")
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,61 @@ def zero_failure_samples(budget: float, confidence: float = DEFAULT_CONFIDENCE) 
     return n
 
 
+def allowed_changes(samples: int, budget: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
+    """How many changed answers (of ``samples``) a rate budget allows: the largest k whose exact one-sided upper
+    bound is within ``budget``; -1 when even none is (the budget cannot be proven on this many samples)."""
+    samples = int(samples)
+    if samples <= 0:
+        return -1
+    lo, hi = 0, min(samples, math.floor(budget * samples))     # k / n > budget can never pass
+
+    def fits(k: int) -> bool:
+        return clopper_pearson(k, samples, confidence, "less")[1] <= budget
+
+    if hi < 0 or not fits(0):
+        return -1
+    while lo < hi:                                             # the bound grows with k: bisect for the last fit
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def samples_for_changes(changes: int, budget: float, confidence: float = DEFAULT_CONFIDENCE,
+                        limit: int = 10**9) -> int | None:
+    """The fewest samples on which ``changes`` changed answers still pass ``budget`` (None beyond ``limit``)."""
+    if budget <= 0:
+        return None
+    lo, hi = max(1, changes), max(1, changes)
+    while allowed_changes(hi, budget, confidence) < changes:   # the allowance grows with the sample count
+        lo, hi = hi + 1, hi * 2
+        if hi > limit:
+            return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if allowed_changes(mid, budget, confidence) >= changes:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def allowance_text(samples: int, budget: float, confidence: float = DEFAULT_CONFIDENCE,
+                   what: str = "answer") -> str:
+    """``on 400 samples at 95% confidence, a 1% budget allows 0 changed answers; 1 would need >= 474``."""
+    allowed = allowed_changes(samples, budget, confidence)
+    more = samples_for_changes(allowed + 1, budget, confidence)
+    head = f"on {samples} samples at {confidence:.0%} confidence, a {_pct(budget)} budget allows"
+    if allowed < 0:
+        head = f"on {samples} samples at {confidence:.0%} confidence, a {_pct(budget)} budget passes no candidate"
+        return (f"{head}, not even one that changes no {what}; that needs >= {more} samples" if more
+                else f"{head} on any finite sample")
+    tail = f"; {allowed + 1} would need >= {more} samples" if more else ""
+    return f"{head} {allowed} changed {what}{'' if allowed == 1 else 's'}{tail}"
+
+
 # -- bootstrap ------------------------------------------------------------------------------------------
 
 def resample_indices(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> np.ndarray:

@@ -72,7 +72,7 @@ class BenchResult:
     rows: list[BenchRow]
     schedule: list[tuple[int, int]]      # (model index, runs) per measured turn, in the order they ran
     batch: int
-    seq_len: int
+    seq_len: int | None                  # None: no model has a sequence axis, or the inputs were given
     settings: dict[str, Any] = field(default_factory=dict)
 
     def ratios(self) -> list[dict[str, float | None]]:
@@ -101,7 +101,8 @@ class BenchResult:
                 status = "reference"
             rows.append(ModelRow(name=row.name, path=row.path, op_count=row.op_count, status=status, note=row.note,
                                  **figures_of(row)))
-        settings = {"batch": self.batch, "seq_len": self.seq_len, **self.settings}
+        settings = {"batch": self.batch, **({"seq_len": self.seq_len} if self.seq_len is not None else {}),
+                    **self.settings}
         turns = len(self.schedule)
         order = " ".join(self.rows[i].name for i, _ in self.schedule[: 2 * len(self.rows)])
         notes = [
@@ -197,7 +198,11 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
                 worker.close()
     for row in rows:
         _summarize(row, batch)
-    return BenchResult(rows=rows, schedule=schedule, batch=batch, seq_len=seq_len,
+    from ..inputs import has_sequence_axis, specs_from_onnx
+
+    generated = data is None and feeds is None
+    uses_seq = generated and any(has_sequence_axis(specs_from_onnx(p)) for p in protos)
+    return BenchResult(rows=rows, schedule=schedule, batch=batch, seq_len=seq_len if uses_seq else None,
                        settings=_describe(settings, runs, warmup, seconds, data, feeds is not None))
 
 

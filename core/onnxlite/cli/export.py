@@ -66,6 +66,8 @@ def show(result) -> None:
     summary.add_row("outputs", escape("\n".join(result.outputs)))
     if result.fallback:
         summary.add_row("fallback", escape(result.fallback))
+    for note in result.notes:
+        summary.add_row("note", escape(note))
     out.print(summary)
     if result.verification is None:
         out.print("[yellow]Not verified (--no-verify).[/yellow]")

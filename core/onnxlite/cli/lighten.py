@@ -42,6 +42,12 @@ from .executor_options import executor_from, executor_options
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Candidates quantized at once (default: bounded by cores and memory).")
 @click.option("--no-partial", is_flag=True, help="Do not fall back to partial quantization when nothing fits.")
+@click.option("--time-budget", metavar="DURATION", default=None,
+              help="Stop starting new work after this long (5m, 90s, 1h30m); what passed is benchmarked and the "
+                   "best so far written, with what was left untried.")
+@click.option("--cache-dir", metavar="DIR", default=None,
+              help="Reuse quantized models and judgements from DIR (default: $XDG_CACHE_HOME/onnxlite).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @source_options()
 @executor_options
 @session_options
@@ -52,7 +58,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             calibration_options: tuple[str, ...], strategies: str | None, recipe: str | None, objective: str | None,
             force: bool, framework: str, inputs: tuple[str, ...], model_class: str | None,
             framework_options: tuple[str, ...], batch: int | None,
-            runs: int, workers: int | None, no_partial: bool, provider: str, threads: int | None,
+            runs: int, workers: int | None, no_partial: bool, time_budget: str | None, cache_dir: str | None,
+            no_cache: bool, provider: str, threads: int | None,
             graph_optimization: str, execution_mode: str, target_runtime: str | None, as_json: bool,
             **executor: Any) -> None:
     """Find the smallest, fastest model that stays within an accuracy budget.
@@ -67,7 +74,10 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
     from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
-    progress = _Progress(console(stderr=True))
+    from ..search.trials import parse_duration
+
+    parse_duration(time_budget)   # a bad duration is a usage error before any work
+    progress = _Progress(console(stderr=True), as_json)
     with progress:
         result = run_lighten(
             source, output_dir, framework=framework, inputs=list(inputs) or None, model_class=model_class,
@@ -79,7 +89,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
             strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
             recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
             partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
-            confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime)
+            confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime,
+            cache_dir=cache_dir, cache=not no_cache, time_budget=time_budget)
     if as_json:
         from .common import emit_json
 
@@ -115,13 +126,14 @@ def _table(result: Any, width: int = 80) -> Any:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..report.text import STATUS_STYLES, human_bytes, wrap_name, wrap_words
+    from ..report.text import STATUS_STYLES, allowance_note, human_bytes, wrap_name, wrap_words
 
     base = result.baseline
     keys = _budget_keys(result)
     shorts = _short_keys(keys)
+    allowances = (result.evidence or {}).get("allowances") or {}
     title = "onnxlite lighten: budget " + ", ".join(
-        f"{k} drop ≤ {result.budgets[k]:.4g}" for k in keys if k in result.budgets)
+        f"{k} drop ≤ {result.budgets[k]:.4g}{allowance_note(allowances.get(k))}" for k in keys if k in result.budgets)
     caption = ("size and p50 below them: ÷N is N times smaller or faster than fp32, ×N N times larger or "
                "slower; drop ≤ upper confidence bound; a red drop is over budget")
     metric_width = 8
@@ -144,7 +156,7 @@ def _table(result: Any, width: int = 80) -> Any:
         if row is not base and p50 and base.latency_ms:
             speed += "\n" + _times(base.p50, p50)
         style = STATUS_STYLES.get(row.status, "")
-        status = row.status
+        status = row.status.replace("lost its grid", "lost its\ngrid")   # the column stays 9 wide at 80 columns
         cells = [escape(wrap_name(row.name, name_width)), f"[{style}]{status}[/]" if style else status, size, speed]
         for key in keys:
             cells.append(_drop_cell(row.drops.get(key), row.intervals.get(key), result.budgets.get(key)))
@@ -189,9 +201,14 @@ def _reasons(result: Any, width: int) -> list[str]:
 
 
 class _Progress:
-    """A rich progress bar over the candidates, plus one line per finished step (on stderr)."""
+    """A rich progress bar over the candidates, plus one line per finished step (on stderr).
 
-    def __init__(self, err: Any):
+    With ``--json`` each event is also one JSON line on stderr (stdout keeps the one result document),
+    so a script can follow "candidate 7 of 17" and the estimate of the time left.
+    """
+
+    def __init__(self, err: Any, as_json: bool = False):
+        self.as_json = as_json
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.err = err
@@ -210,6 +227,12 @@ class _Progress:
     def event(self, kind: str, info: Mapping[str, Any]) -> None:
         from rich.markup import escape
 
+        if self.as_json:
+            import json
+            import sys
+
+            print(json.dumps({"event": kind} | dict(info), default=str), file=sys.stderr, flush=True)
+            return
         raw, info = info, {k: escape(v) if isinstance(v, str) else v for k, v in info.items()}
         if kind in {"stage", "step"}:
             self.bar.update(self.task, description=info["message"])
@@ -222,8 +245,12 @@ class _Progress:
                             completed=0)
         elif kind == "candidate_start":
             self.bar.update(self.task, description=f"candidate {info['name']}")
+        elif kind == "probe_done":
+            self.bar.update(self.task, description=f"{info.get('stage', 'probes')}: {_of(info)}",
+                            total=info.get("total"), completed=info.get("done"))
         elif kind == "candidate_done":
-            self.bar.advance(self.task)
+            self.bar.update(self.task, description=f"candidate {_of(info)}", total=info.get("total"),
+                            completed=info.get("done"))
             primary: str | None = info.get("primary")
             value = info["metrics"].get(primary) if primary else None
             # one line at 80 columns: metric keys lose their output's name (the final table has them whole)
@@ -242,7 +269,18 @@ class _Progress:
                 for prefix in prefixes:
                     text = text.replace(prefix, "")
                 reason = f" ({escape(ellipsize(text, room))})"
-            self.bar.console.print(f"[{style}]{info['status']:>8}[/] {info['name']}{figure}{reason}")
+            cached = " [dim](cached)[/]" if info.get("how") == "cached" else ""
+            self.bar.console.print(f"[{style}]{info['status']:>8}[/] {info['name']}{cached}{figure}{reason}")
         elif kind == "bench":
             self.bar.update(self.task, description=f"benchmarking: {info['text']}", total=1.0,
                             completed=info["fraction"])
+
+
+def _of(info: dict) -> str:
+    """``7 of 17, about 1 min 20 s left`` (the estimate once one has run)."""
+    text = f"{info.get('done')} of {info.get('total')}"
+    eta = info.get("eta_seconds")
+    if isinstance(eta, (int, float)):
+        minutes, seconds = divmod(round(eta), 60)
+        text += f", about {minutes} min {seconds} s left" if minutes else f", about {seconds} s left"
+    return text

@@ -50,6 +50,8 @@ class ExportResult:
     verification: Verification | None = None
     fallback: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    #: what the exporter plugin changed to make the model exportable (``onnxlite.cast`` provenance)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
@@ -62,7 +64,8 @@ class ExportResult:
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "source": self.source, "framework": self.framework,
                 "exporter": self.exporter, "opset": self.opset, "inputs": self.inputs, "outputs": self.outputs,
-                "size_bytes": self.size_bytes, "fallback": self.fallback, "verified": self.verified,
+                "size_bytes": self.size_bytes, "fallback": self.fallback, "notes": list(self.notes),
+                "verified": self.verified,
                 "verification": self.verification.to_dict() if self.verification else None,
                 "metadata": self.metadata}
 
@@ -300,7 +303,10 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
         verification = None
         if how.verify:
             step("Verifying in onnxruntime")
-            verification = run_verify(None, staged, feeds_list, atol, rtol, settings, references)
+            try:
+                verification = run_verify(None, staged, feeds_list, atol, rtol, settings, references)
+            except UsageError as exc:   # name what the user asked for, not the scratch file
+                raise UsageError(str(exc).replace(str(staged), f"the model exported from {source}")) from None
             if not verification.passed:
                 raise VerificationError(f"{source}: the exported model does not match {loaded.framework} "
                                         f"(nothing written): {verification.message()}")
@@ -313,4 +319,5 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
                         exporter=metadata["onnxlite.exporter"], opset=opset_used,
                         inputs=[str(spec) for spec in specs], outputs=outputs, size_bytes=model_size(output),
                         verification=verification, fallback=provenance.get("onnxlite.fallback"),
-                        metadata=metadata)
+                        metadata=metadata,
+                        notes=[provenance["onnxlite.cast"]] if provenance.get("onnxlite.cast") else [])

@@ -9,7 +9,7 @@ This module holds the one-call :func:`compare` the CLI uses and its result.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -171,6 +171,9 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
     judge = Judge.from_reference(reference, data, candidates[0], metrics=metrics, max_drop=max_drop,
                                  primary=primary, progress=say, how=how)
     unresolved, notes = _set_confidence(judge, confidence)
+    notes = budget_notes(judge.budgets) + label_notes(judge) + notes
+    for path in candidates:
+        check_same_inputs(judge, path, reference)
     names = _names(candidates)
     check_placement = settings.provider != "cpu" if placement is None else placement
     results = []
@@ -190,6 +193,51 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
                          settings=settings.to_dict() | {"batch_size": judge.batch_size},
                          reference_size_bytes=ref_size, confidence=confidence,
                          unresolved={k: v.to_dict() for k, v in unresolved.items()}, notes=notes)
+
+
+#: a budget this large lets almost anything pass: ``--max-drop 1`` means 100%, not 1%
+LARGE_BUDGET = 0.5
+
+
+def budget_notes(budgets: Mapping[str, float]) -> list[str]:
+    """A warning per budget of at least 50%: ``--max-drop 1`` reads as 100% (write ``1%`` for one point)."""
+    return [f"the {key} budget is {budget:.0%} (--max-drop {budget:g}): nearly any candidate passes; "
+            f"a bare number is a fraction, so write {budget * 100:g}% only if you mean it (1% is 0.01)"
+            for key, budget in budgets.items() if budget >= LARGE_BUDGET]
+
+
+def label_notes(judge: Judge) -> list[str]:
+    """Labels that fit no classification output (an index beyond its classes, or negative) leave the accuracy
+    metric out; say so instead of ignoring them."""
+    import numpy as np
+
+    if judge.labels is None:
+        return []
+    labels = np.asarray(judge.labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or labels.size == 0:
+        return []
+    notes = []
+    for name, output in judge.reference_outputs.items():
+        if output.ndim == 2 and np.issubdtype(output.dtype, np.floating) and output.shape[0] == labels.shape[0] \
+                and (labels.min() < 0 or labels.max() >= output.shape[1]):
+            notes.append(f"labels range over [{labels.min()}, {labels.max()}] but output {name!r} has "
+                         f"{output.shape[1]} classes (0 to {output.shape[1] - 1}): accuracy is not computed on it")
+    return notes
+
+
+def check_same_inputs(judge: Judge, path: str | os.PathLike[str], reference: Any) -> None:
+    """A candidate must take the inputs the reference was run on; when it does not, say that the two models
+    take different inputs (not that the data lacks one)."""
+    from ..inputs import specs_from_onnx
+    from ..modelio import read_header
+
+    takes = [s.name for s in specs_from_onnx(read_header(path))]     # the shared parse: no second read
+    missing = [n for n in takes if n not in judge.feeds]
+    if missing:
+        given = ", ".join(sorted(judge.feeds)) or "none"
+        named = f" {reference}" if isinstance(reference, (str, os.PathLike)) else ""
+        raise UsageError(f"{path}: the reference and this candidate take different inputs (the candidate takes "
+                         f"{', '.join(takes)}; the reference{named} was run on {given})")
 
 
 def _set_confidence(judge: Judge, confidence: float | None) -> tuple[dict[str, Any], list[str]]:

@@ -387,7 +387,11 @@ def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, A
         # exactly ``total`` samples ("at most N" in --samples' help): the last batch holds the remainder
         batches = [make_feeds(specs, batch=min(batch_size, total - i * batch_size), seq=seq_len, seed=seed + i,
                               pad=True) for i in range(count)]
-        return batches, None, f"{total} generated samples (padded, seq {seq_len})"
+        from ..inputs import has_sequence_axis
+
+        # "seq" only for a model that has a sequence axis (issue 25: not for an MLP or a CNN)
+        return batches, None, f"{total} generated samples" + (f" (padded, seq {seq_len})"
+                                                             if has_sequence_axis(specs) else "")
     dataset = data if isinstance(data, Dataset) else load_data(data, specs, options)
     if samples and len(dataset) > samples:
         dataset = dataset.take(samples)

@@ -39,7 +39,8 @@ KIND_RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "token embeddings": ((), (), "[batch, seq, hidden] with an attention mask: mean-pooled over real tokens"),
     "classification logits": ((), (), "[batch, classes]: does the candidate pick the same class"),
     "embedding": (("top1_agreement", "top5_agreement", "accuracy"), (),
-                  "[batch, dim] named as an embedding: argmax means nothing there, direction does"),
+                  "[batch, dim] named as an embedding, as wide as a [batch, seq, hidden] output beside it, or with "
+                  "unit-length rows: argmax means nothing there, direction does"),
     "scalar": (("cosine_mean", "cosine_min"), ("scalar_abs_error",),
                "one value per sample: cosine of one number is its sign, so absolute error"),
     "class sequence": (("top1_agreement", "top5_agreement"),
@@ -90,7 +91,11 @@ def output_kind(name: str, reference: Any, context: MetricContext) -> str:
     if len(shape) == 1 or (len(shape) == 2 and shape[1] == 1):
         return "scalar"
     if len(shape) == 2:
-        return "embedding" if _EMBEDDING_NAME.search(name) and not _CLASS_NAME.search(name) else "classification logits"
+        if _CLASS_NAME.search(name):
+            return "classification logits"
+        if _EMBEDDING_NAME.search(name) or _pooled_by_use(name, reference, context):
+            return "embedding"
+        return "classification logits"
     if len(shape) == 3 and context.attention_mask(shape[:2]) is not None:
         return "token embeddings"
     if mixed_ranges(reference):
@@ -98,6 +103,21 @@ def output_kind(name: str, reference: Any, context: MetricContext) -> str:
     if len(shape) == 3:
         return "class sequence" if _CLASS_NAME.search(name) else "sequence"
     return "tensor"
+
+
+def _pooled_by_use(name: str, reference: Any, context: MetricContext) -> bool:
+    """A ``[batch, dim]`` output whose name says nothing (``onnx::Shape_422``) is a sentence embedding when the
+    model uses it as one: it is as wide as a ``[batch, seq, hidden]`` output beside it (the pooled vector of those
+    token embeddings), or every row has unit length (normalised for cosine search).  Logits are neither."""
+    import numpy as np
+
+    batch, width = reference.shape
+    for other_name, other in (context.reference_outputs or {}).items():
+        shape: tuple[int, ...] = tuple(getattr(other, "shape", ()))
+        if other_name != name and len(shape) == 3 and shape[0] == batch and shape[2] == width:
+            return True
+    norms = np.linalg.norm(np.asarray(reference, dtype=np.float64), axis=1)
+    return bool(width > 1 and norms.size and np.all(np.abs(norms - 1.0) < 1e-3))
 
 
 def slice_norm_ratio(reference: Any) -> float:

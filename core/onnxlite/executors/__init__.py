@@ -4,7 +4,7 @@ Each candidate is already an independent task (inputs -> model file +
 metrics, see :mod:`onnxlite.search.tasks`), so an executor only decides *where*
 tasks run and how their inputs and finished models travel:
 
-- ``local`` (the default): a pool of subprocesses on this machine, as ``lighten`` always did;
+- ``local`` (the default): warm worker processes on this machine (:mod:`onnxlite.executors.pool`);
 - ``ray``: one Ray task per candidate with ``num_cpus`` and ``memory`` requests; the
   benchmark can be sent to a labelled node (``bench_on``).  Ray is imported only here,
   only when this executor runs (``pip install 'onnxlite[ray]'``).
@@ -42,6 +42,8 @@ class Executor(Protocol):
 
         Each task's finished model is at ``task["output"]`` on this machine when its result is yielded.
         A task that cannot run is yielded as ``status="failed"`` with its cause, never raised.
+        An executor may also take ``should_start(task) -> bool`` (both built-in ones do): the search
+        passes it under a time budget, and a task it refuses is never started nor yielded.
         """
         ...
 

@@ -191,8 +191,12 @@ class RayExecutor:
         return {"num_cpus": cpus, "memory": int(memory)}
 
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
-                  on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:
-        """Submit the tasks (at most ``workers`` at once, if given; else the cluster's resources decide)."""
+                  on_start: Callable[[Mapping[str, Any]], None] | None = None,
+                  should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[TaskResult]:
+        """Submit the tasks (at most ``workers`` at once, if given; else the cluster's resources decide).
+
+        A task ``should_start`` refuses (the search's time budget is spent) is never submitted.
+        """
         from ..search.tasks import TaskResult
 
         ray = self.connect()
@@ -205,6 +209,8 @@ class RayExecutor:
             while pending or running:
                 while pending and (workers is None or len(running) < workers):
                     task = pending.pop(0)
+                    if should_start is not None and not should_start(task):
+                        continue
                     options = self._resources(task) | {"max_retries": self.max_retries, "retry_exceptions": False}
                     output = self._shared_run() / "out" / uuid.uuid4().hex[:8] if self.shared_dir else None
                     ref = remote.options(**options).remote(

@@ -190,7 +190,7 @@ def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, 
     from ..claims import check_claims, requested_float_nodes
     from ..modelio import load_model
 
-    patterns = [p for o in spec.options if o.multiple and "exclude" in o.name for p in (values.get(o.name) or ())]
+    patterns = list(values.get(spec.exclude_option) or ()) if spec.exclude_option else []
     checked = check_claims(source, load_model(produced, load_external_data=False),
                            claimed_float=list(outcome.excluded_nodes),
                            requested_float=requested_float_nodes(source, patterns))
@@ -264,6 +264,21 @@ def _check_samples(feeds: Any, proto: onnx.ModelProto) -> dict[str, np.ndarray] 
         return None
 
 
+def _check_produced(produced: Path, strategy: str, entry: Any) -> None:
+    """What a strategy wrote is an ONNX model; if not, the message names the strategy and the distribution it
+    came from (whose author can fix it), not the scratch path the user never chose."""
+    import onnx
+
+    try:
+        onnx.load(str(produced), load_external_data=False)
+    except Exception as exc:
+        plugin = entry.plugin
+        origin = "built-in" if plugin.builtin else f"from the {plugin.distribution} {plugin.version} distribution"
+        raise OnnxliteError(f"strategy {strategy!r} ({origin}) wrote a file that is not an ONNX model "
+                            f"({type(exc).__name__}: {one_line(exc, 160)}); report it to the plugin's authors"
+                            ) from None
+
+
 @dataclass(frozen=True)
 class QuantizeRun:
     """How :func:`run_quantize` checks and writes its output (:func:`quantize`'s keywords of the same names)."""
@@ -318,6 +333,12 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     check_writable(target)
     proto = _check_input(source)
     check_model(source)   # what export and lighten check, before any work (unknown operators, broken graphs)
+    if spec.exclude_option and not entry.plugin.builtin and values.get(spec.exclude_option):
+        # the check every built-in makes itself, made for third-party strategies too: a pattern that matches no
+        # node is a typo that would quantize the layer the user meant to protect
+        from ..authoring import match_nodes
+
+        match_nodes([n.name for n in proto.graph.node], values[spec.exclude_option], option=spec.exclude_option)
     warnings: list[str] = []
 
     def warn(message: str) -> None:
@@ -357,6 +378,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         outcome = outcome or QuantizeOutcome()
         if not produced.exists():
             raise OnnxliteError(f"strategy {spec.name!r} wrote no model (expected {produced.name} in its workdir)")
+        _check_produced(produced, spec.name, entry)
         details = dict(outcome.details)
         if normalized is not None:
             details["normalized"] = normalized

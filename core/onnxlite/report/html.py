@@ -14,7 +14,9 @@ import re
 from html import escape
 from typing import TYPE_CHECKING
 
-from .text import _setting_text, columns, fmt_num
+from .axes import nice_ticks, tick_labels
+from .markdown import markdown_to_html
+from .text import columns, fmt_num, setting_text
 
 if TYPE_CHECKING:
     from .model import ModelRow, Report
@@ -25,6 +27,7 @@ PALETTE = {
     "ok": "#2d7dd2",
     "winner": "#1b9e4b",
     "rejected": "#e0a100",
+    "lost its grid": "#8a9bb0",
     "failed": "#d64541",
 }
 
@@ -57,6 +60,9 @@ table.models tr:hover td { background:#f8fafc; }
 .legend { display:flex; gap:16px; flex-wrap:wrap; margin-top:6px; font-size:13px; }
 .legend span.dot { display:inline-block; width:10px; height:10px; border-radius:50%; margin-right:5px;
                    vertical-align:baseline; }
+table.md { border-collapse:collapse; font-size:12.5px; font-variant-numeric:tabular-nums; }
+table.md th, table.md td { padding:3px 8px; border-bottom:1px solid var(--line); text-align:left; }
+table.md th { color:var(--muted); font-weight:600; }
 code { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12.5px; background:#f0f2f5;
        padding:0 4px; border-radius:3px; }
 ul.paths { margin:0; padding-left:18px; }
@@ -68,8 +74,8 @@ def render_html(report: Report) -> str:
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     parts = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<html lang="en"><head><meta charset="utf-8"/>',
+        '<meta name="viewport" content="width=device-width, initial-scale=1"/>',
         f"<title>{escape(report.title)}</title>",
         f"<style>{CSS}</style></head><body><main>",
         f'<header><h1>{escape(report.title)}</h1><div class="sub">onnxlite {escape(report.kind)} report · '
@@ -84,7 +90,7 @@ def render_html(report: Report) -> str:
         parts[4] = f"<style>{CSS}{LIGHTEN_CSS}</style></head><body><main>"
         parts += render_lighten(report, PALETTE)
     if report.settings:
-        items = "".join(f"<dt>{escape(str(k))}</dt><dd>{escape(_setting_text(v))}</dd>"
+        items = "".join(f"<dt>{escape(str(k).replace('_', ' '))}</dt><dd>{escape(setting_text(v, str(k)))}</dd>"
                         for k, v in report.settings.items())
         parts.append(f'<section class="card settings"><h2>Settings</h2><dl class="settings">{items}</dl></section>')
     if not lighten:
@@ -131,41 +137,10 @@ def _table_html(report: Report) -> str:
 
 def _breakable(header: str) -> str:
     """Metric names such as ``last_hidden_state.cosine_mean`` may wrap after a dot or underscore."""
-    return re.sub(r"([._])", r"\1<wbr>", escape(header))
+    return re.sub(r"([._])", r"\1<wbr/>", escape(header))
 
 
 # -- chart ----------------------------------------------------------------------------------------
-
-def _nice_step(span: float, target: int = 5) -> float:
-    raw = span / max(1, target)
-    magnitude = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
-    for mult in (1, 2, 2.5, 5, 10):
-        if raw <= mult * magnitude:
-            return mult * magnitude
-    return 10 * magnitude
-
-
-def _ticks(low: float, high: float) -> list[float]:
-    step = _nice_step(high - low)
-    start = math.floor(low / step) * step
-    ticks = []
-    value = start
-    while value <= high + step * 1e-9:
-        ticks.append(round(value, 10))
-        value += step
-    if ticks[-1] < high:
-        ticks.append(round(ticks[-1] + step, 10))
-    return ticks
-
-
-def _tick_label(value: float) -> str:
-    if value == 0:
-        return "0"
-    if abs(value) >= 100 or float(value).is_integer():
-        return f"{value:.0f}"
-    text = f"{value:.3f}".rstrip("0").rstrip(".")
-    return text
-
 
 def _size_unit(max_bytes: float) -> tuple[str, float]:
     for unit, scale in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
@@ -209,13 +184,13 @@ def chart_svg(report: Report, width: int = 860, height: int = 440) -> tuple[str,
     xs = [p[1] / scale for p in points]
     ys = [p[2] for p in points]
     # Latency and size axes start at 0 so distances read as ratios; an accuracy axis zooms to the data.
-    x_ticks = _ticks(0.0, max(xs) * 1.08 or 1.0)
+    x_ticks = nice_ticks(0.0, max(xs) * 1.08 or 1.0)
     if use_latency:
-        y_ticks = _ticks(0.0, max(ys) * 1.1 or 1.0)
+        y_ticks = nice_ticks(0.0, max(ys) * 1.1 or 1.0)
     else:
         lo, hi = min(ys), max(ys)
         pad = (hi - lo) * 0.15 or abs(hi) * 0.01 or 0.01
-        y_ticks = _ticks(lo - pad, hi + pad)
+        y_ticks = nice_ticks(lo - pad, hi + pad)
     x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
     ml, mr, mt, mb = 78, 34, 20, 58
     pw, ph = width - ml - mr, height - mt - mb
@@ -231,16 +206,16 @@ def chart_svg(report: Report, width: int = 860, height: int = 440) -> tuple[str,
            f'class="scatter" aria-label="model size against {escape(y_title)}" '
            'font-family="-apple-system,Segoe UI,Roboto,Arial,sans-serif">',
            f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="#fbfcfd" stroke="#d9dde3"/>']
-    for t in x_ticks:
+    for t, text in zip(x_ticks, tick_labels(x_ticks)):
         x = sx(t)
         out.append(f'<line class="grid" x1="{x:.1f}" y1="{mt}" x2="{x:.1f}" y2="{mt + ph}" stroke="#eceff3"/>')
         out.append(f'<text class="tick x" x="{x:.1f}" y="{mt + ph + 18}" text-anchor="middle" font-size="12" '
-                   f'fill="#616e7c">{_tick_label(t)}</text>')
-    for t in y_ticks:
+                   f'fill="#616e7c">{text}</text>')
+    for t, text in zip(y_ticks, tick_labels(y_ticks)):
         y = sy(t)
         out.append(f'<line class="grid" x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#eceff3"/>')
         out.append(f'<text class="tick y" x="{ml - 8}" y="{y + 4:.1f}" text-anchor="end" font-size="12" '
-                   f'fill="#616e7c">{_tick_label(t)}</text>')
+                   f'fill="#616e7c">{text}</text>')
     out.append(f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}" stroke="#52606d"/>')
     out.append(f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}" stroke="#52606d"/>')
     out.append(f'<text class="axis-title x" x="{ml + pw / 2:.1f}" y="{height - 14}" text-anchor="middle" '
@@ -274,31 +249,3 @@ def chart_svg(report: Report, width: int = 860, height: int = 440) -> tuple[str,
 def _short_metric(name: str) -> str:
     """``last_hidden_state.cosine_mean`` -> ``cosine_mean`` for point labels; the table keeps the full name."""
     return name.rsplit(".", 1)[-1]
-
-
-# -- notes ----------------------------------------------------------------------------------------
-
-_INLINE = [
-    (re.compile(r"`([^`]+)`"), r"<code>\1</code>"),
-    (re.compile(r"\*\*([^*]+)\*\*"), r"<strong>\1</strong>"),
-]
-
-
-def _inline(text: str) -> str:
-    text = escape(text)
-    for pattern, repl in _INLINE:
-        text = pattern.sub(repl, text)
-    return text
-
-
-def markdown_to_html(text: str) -> str:
-    """The small subset of markdown our notes use: paragraphs, ``-`` lists, `code` and **bold**."""
-    blocks = []
-    for block in re.split(r"\n\s*\n", text.strip()):
-        lines = [ln for ln in block.splitlines() if ln.strip()]
-        if lines and all(ln.lstrip().startswith(("- ", "* ")) for ln in lines):
-            items = "".join(f"<li>{_inline(ln.lstrip()[2:])}</li>" for ln in lines)
-            blocks.append(f"<ul>{items}</ul>")
-        elif lines:
-            blocks.append(f"<p>{_inline(' '.join(ln.strip() for ln in lines))}</p>")
-    return "".join(blocks)

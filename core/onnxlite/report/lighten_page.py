@@ -12,7 +12,8 @@ import re
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from .text import fmt_ms, human_bytes, shorten_paths
+from .axes import nice_ticks, tick_labels
+from .text import allowance_note, fmt_ms, human_bytes, shorten_paths
 
 if TYPE_CHECKING:
     from .model import ModelRow, Report
@@ -104,7 +105,7 @@ def _p50(row: ModelRow) -> float | None:
 
 def _breakable(name: str) -> str:
     """A candidate name may wrap after ``[`` ``,`` ``+`` ``=`` (never inside an option)."""
-    return re.sub(r"([\[,+=])", r"\1<wbr>", escape(name))
+    return re.sub(r"([\[,+=])", r"\1<wbr/>", escape(name))
 
 
 # -- trade-off charts -------------------------------------------------------------------------------------
@@ -128,8 +129,9 @@ def _charts(report: Report, palette: dict[str, str]) -> str:
             f'<div class="charts">{size}{latency}</div><div class="legend">{legend}</div>'
             '<div class="caption">Each point is a candidate, numbered as in the table; the bar above it reaches '
             "the upper confidence bound of its drop. The dashed line is the budget: below it is within budget. "
-            "Rejected candidates are never benchmarked, so only the size chart has them; a triangle at the top "
-            "marks a drop beyond the drawn range.</div></section>")
+            "The solid line is no drop. Rejected candidates are never benchmarked, so only the size chart has "
+            "them; a triangle on the top edge marks a drop beyond the drawn range, with its figure beside it, and an "
+            "arrow head a bound beyond it (hover a point for its figures).</div></section>")
 
 
 def _drop(report: Report, row: ModelRow, key: str) -> tuple[float | None, float | None]:
@@ -139,6 +141,16 @@ def _drop(report: Report, row: ModelRow, key: str) -> tuple[float | None, float 
         drop = 0.0
     upper = ((details.get("intervals") or {}).get(key) or {}).get("upper")
     return drop, upper
+
+
+def _y_range(budget: float | None, points: list[tuple[Any, ...]]) -> tuple[float, float]:
+    """The drawn drop range: zero, the budget, every drop and every upper bound, unless a wildly failed candidate
+    would squash the budget region (then its point sits on the top edge with its figure written beside it)."""
+    top = max([budget or 0.0] + [p[3] for p in points] + [p[4] for p in points if p[4] is not None]) or 0.01
+    if budget and top > 4 * budget:
+        top = max([4 * budget] + [p[3] for p in points if p[3] <= 4 * budget])
+    bottom = max(min([0.0] + [p[3] for p in points]), -top / 2)
+    return bottom, top * 1.08
 
 
 def tradeoff_svg(report: Report, axis: str, palette: dict[str, str], width: int = 560, height: int = 340) -> str:
@@ -156,14 +168,11 @@ def tradeoff_svg(report: Report, axis: str, palette: dict[str, str], width: int 
     title = f"size on disk ({unit})" if axis == "size" else "latency p50 (ms)"
     if not points:
         return f'<p class="caption">No candidate has both a {escape(title)} and a drop.</p>'
-    top = max([budget or 0.0] + [p[3] for p in points]) or 0.01
-    if budget and top > 8 * budget:          # a wildly failed candidate must not squash the budget region
-        top = 8 * budget
-    top *= 1.12
-    bottom = min([0.0] + [p[3] for p in points])
-    bottom = max(bottom, -top / 2)
-    xmax = max(p[2] for p in points) * 1.1 or 1.0
-    ml, mr, mt, mb = 64, 18, 16, 48
+    low, high = _y_range(budget, points)
+    y_ticks = nice_ticks(low, high)
+    x_ticks = nice_ticks(0.0, max(p[2] for p in points) * 1.05 or 1.0)
+    bottom, top, xmax = y_ticks[0], y_ticks[-1], x_ticks[-1]
+    ml, mr, mt, mb = 64, 18, 22, 48
     pw, ph = width - ml - mr, height - mt - mb
 
     def sx(v: float) -> float:
@@ -172,69 +181,93 @@ def tradeoff_svg(report: Report, axis: str, palette: dict[str, str], width: int 
     def sy(v: float) -> float:
         return mt + ph - (min(max(v, bottom), top) - bottom) / ((top - bottom) or 1) * ph
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" class="tradeoff {axis}" '
-           f'role="img" aria-label="{escape(key)} drop against {escape(title)}" '
-           'font-family="-apple-system,Segoe UI,Roboto,Arial,sans-serif">',
+    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" class="tradeoff {axis}" '
+            f'role="img" aria-label="{escape(key)} drop against {escape(title)}" '
+            'font-family="-apple-system,Segoe UI,Roboto,Arial,sans-serif">'),
            f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="#fbfcfd" stroke="#d9dde3"/>']
-    for i in range(6):
-        v = xmax * i / 5
-        out.append(f'<line x1="{sx(v):.1f}" y1="{mt}" x2="{sx(v):.1f}" y2="{mt + ph}" stroke="#eceff3"/>'
-                   f'<text class="tick" x="{sx(v):.1f}" y="{mt + ph + 16}" text-anchor="middle" font-size="11" '
-                   f'fill="#616e7c">{v:.0f}</text>' if v >= 100 else f'fill="#616e7c">{v:.3g}</text>')
-        w = bottom + (top - bottom) * i / 5
-        out.append(f'<line x1="{ml}" y1="{sy(w):.1f}" x2="{ml + pw}" y2="{sy(w):.1f}" stroke="#eceff3"/>'
-                   f'<text class="tick" x="{ml - 6}" y="{sy(w) + 4:.1f}" text-anchor="end" font-size="11" '
-                   f'fill="#616e7c">{w:.2g}</text>')
+    for v, text in zip(x_ticks, tick_labels(x_ticks)):
+        out.append(f'<line class="grid x" x1="{sx(v):.1f}" y1="{mt}" x2="{sx(v):.1f}" y2="{mt + ph}" '
+                   f'stroke="#eceff3"/><text class="tick x" x="{sx(v):.1f}" y="{mt + ph + 16}" '
+                   f'text-anchor="middle" font-size="11" fill="#616e7c">{text}</text>')
+    for w, text in zip(y_ticks, tick_labels(y_ticks)):
+        out.append(f'<line class="grid y" x1="{ml}" y1="{sy(w):.1f}" x2="{ml + pw}" y2="{sy(w):.1f}" '
+                   f'stroke="#eceff3"/><text class="tick y" x="{ml - 6}" y="{sy(w) + 4:.1f}" text-anchor="end" '
+                   f'font-size="11" fill="#616e7c">{text}</text>')
+    # zero drop: as good as the reference; drawn solid so that gains (below it) read as gains
+    out.append(f'<line class="zero" x1="{ml}" y1="{sy(0):.1f}" x2="{ml + pw}" y2="{sy(0):.1f}" stroke="#52606d"/>')
     out.append(f'<text x="{ml + pw / 2:.1f}" y="{height - 10}" text-anchor="middle" font-size="12" '
                f'fill="#1f2933">{escape(title)}</text>')
     out.append(f'<text transform="translate(14 {mt + ph / 2:.1f}) rotate(-90)" text-anchor="middle" font-size="12" '
                f'fill="#1f2933">drop ({escape(key.rsplit(".", 1)[-1])})</text>')
+    boxes: list[tuple[float, float, float, float]] = []
     if budget is not None:
         out.append(f'<line class="budget" x1="{ml}" y1="{sy(budget):.1f}" x2="{ml + pw}" y2="{sy(budget):.1f}" '
                    'stroke="#d64541" stroke-dasharray="6 4" stroke-width="1.5"/>'
                    f'<text x="{ml + pw - 4}" y="{sy(budget) - 5:.1f}" text-anchor="end" font-size="11" '
                    f'fill="#d64541">budget {budget:.4g}</text>')
-    boxes: list[tuple[float, float, float, float]] = []
-    if budget is not None:
         boxes.append((ml + pw - 90, sy(budget) - 17, ml + pw, sy(budget) - 3))
     marks = []
     for index, row, x, drop, upper in points:
-        cx, cy = sx(x), sy(drop)
+        beyond = drop > top
+        cx, cy = sx(x), (mt + 5 if beyond else sy(drop))
         color = palette.get(row.status, "#7b8794")
         shape = (f'<path d="M{cx - 6:.1f} {mt + 9} L{cx + 6:.1f} {mt + 9} L{cx:.1f} {mt - 1} Z" fill="{color}"/>'
-                 if drop > top else
+                 if beyond else
                  f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{7 if row.status == "winner" else 5}" fill="{color}" '
                  'stroke="#fff" stroke-width="1.2"/>')
         bar = ""
-        if upper is not None and upper > drop and drop <= top:
-            bar = (f'<line x1="{cx:.1f}" y1="{cy:.1f}" x2="{cx:.1f}" y2="{sy(upper):.1f}" stroke="{color}" '
+        if upper is not None and upper > drop and not beyond:
+            end = sy(upper)
+            bar = (f'<line class="bound" x1="{cx:.1f}" y1="{cy:.1f}" x2="{cx:.1f}" y2="{end:.1f}" stroke="{color}" '
                    'stroke-width="1.5"/>')
-        marks.append((index, row, cx, cy if drop <= top else mt + 5, bar + shape, x, drop))
-        boxes.append((cx - 7, (cy if drop <= top else mt + 5) - 7, cx + 7, (cy if drop <= top else mt + 5) + 7))
-    for index, row, cx, cy, shape, x, drop in marks:
-        text = str(index) + (f" {row.name}" if row.status in {"winner", "reference"} else "")
-        label = _place(text, cx, cy, boxes, (ml, mt, ml + pw, mt + ph))
+            if upper > top:              # the bound runs off the top: an arrow head says it continues
+                bar += f'<path d="M{cx - 4:.1f} {mt + 6} L{cx + 4:.1f} {mt + 6} L{cx:.1f} {mt} Z" fill="{color}"/>'
+            else:
+                bar += f'<line x1="{cx - 4:.1f}" y1="{end:.1f}" x2="{cx + 4:.1f}" y2="{end:.1f}" stroke="{color}"/>'
+        marks.append((index, row, cx, cy, bar + shape, x, drop, upper, beyond))
+        boxes.append((cx - 7, cy - 7, cx + 7, cy + 7))
+    labels = []
+    for index, row, cx, cy, shape, x, drop, upper, beyond in marks:
+        text = str(index)
+        if beyond:
+            text += f" drop {drop:.2g}"          # off the drawn range: its figure, since its height cannot say it
+        elif row.status in {"winner", "reference"}:
+            text += f" {_short(row.name)}"
+        labels.append(_place(text, cx, cy, boxes, (ml, mt, ml + pw, mt + ph)))
         unit_text = unit if axis == "size" else "ms"
-        tip = f"{index}. {row.name} ({row.status}): {x:.3g} {unit_text}, drop {drop:.4g}"
+        bound = f", bound {upper:.4g}" if upper is not None else ""
+        tip = f"{index}. {row.name} ({row.status}): {x:.3g} {unit_text}, drop {drop:.4g}{bound}"
         out.append(f'<g class="point" data-name="{escape(row.name)}" data-status="{escape(row.status)}">'
-                   f"<title>{escape(tip)}</title>{shape}{label}</g>")
+                   f"<title>{escape(tip)}</title>{shape}</g>")
+    out += labels                                # drawn last: no later point hides a label
     out.append("</svg>")
     return "".join(out)
+
+
+def _short(name: str, limit: int = 26) -> str:
+    """A point label stays short so that it hides no other point; the table has the full name."""
+    return name if len(name) <= limit else name[:limit - 1] + "…"
+
+
+#: where a label may go around its point, nearest first; the farther ones keep a crowded winner labelled
+PLACES = ((9, 4, "start"), (-9, 4, "end"), (0, -10, "middle"), (0, 17, "middle"), (9, -8, "start"),
+          (-9, -8, "end"), (9, 15, "start"), (-9, 15, "end"), (12, -22, "start"), (-12, -22, "end"),
+          (12, 30, "start"), (-12, 30, "end"), (0, -36, "middle"), (24, -40, "start"), (-24, -40, "end"))
 
 
 def _place(text: str, cx: float, cy: float, boxes: list, frame: tuple[float, float, float, float]) -> str:
     """A label beside its point where it overlaps no other label or point; left out when nowhere fits (the
     point's number is then in its tooltip and the table)."""
     w, h = 6.4 * len(text) + 2, 13
-    for dx, dy, anchor in ((9, 4, "start"), (-9, 4, "end"), (0, -10, "middle"), (0, 17, "middle"),
-                           (9, -8, "start"), (-9, -8, "end"), (9, 15, "start"), (-9, 15, "end")):
+    for dx, dy, anchor in PLACES:
         x0 = cx + dx if anchor == "start" else cx + dx - w if anchor == "end" else cx - w / 2
         box = (x0, cy + dy - h + 3, x0 + w, cy + dy + 3)
         inside = frame[0] <= box[0] and box[2] <= frame[2] + 14 and frame[1] - 12 <= box[1] and box[3] <= frame[3] + 2
         if inside and not any(_overlap(box, other) for other in boxes):
             boxes.append(box)
             return (f'<text class="label" x="{cx + dx:.1f}" y="{cy + dy:.1f}" text-anchor="{anchor}" '
-                    f'font-size="11" fill="#1f2933">{escape(text)}</text>')
+                    'font-size="11" fill="#1f2933" stroke="#fbfcfd" stroke-width="3" paint-order="stroke">'
+                    f"{escape(text)}</text>")
     return ""
 
 
@@ -250,9 +283,9 @@ def _table(report: Report, palette: dict[str, str]) -> str:
     head = ['<th style="width:3%">#</th>', '<th style="width:22%">candidate</th>', '<th style="width:8%">status</th>',
             '<th style="width:8%">size</th>', '<th style="width:8%">p50 ms</th>']
     share = max(8, 24 // max(1, len(keys)))
-    head += [f'<th style="width:{share}%">{_breakable_key(k)} drop<br><small>[interval] ≤ bound / '
-             + (f"budget {report.budgets[k]:.3g}" if k in report.budgets else "no budget") + "</small></th>"
-             for k in keys]
+    head += [f'<th style="width:{share}%">{_breakable_key(k)} drop<br/><small>[interval] ≤ bound / '
+             + (f"budget {report.budgets[k]:.3g}" if k in report.budgets else "no budget")
+             + escape(allowance_note(report.allowances.get(k))) + "</small></th>" for k in keys]
     head.append("<th>why</th>")
     body = []
     for index, row in enumerate(report.rows):
@@ -282,7 +315,9 @@ def _table(report: Report, palette: dict[str, str]) -> str:
             if upper is not None:
                 text += f"<small>≤ {upper:.4f}</small>"
             worst = upper if upper is not None else drop
-            over = key in report.budgets and worst > report.budgets[key]
+            # a candidate that passed was held to its measured drop (the data could not resolve the budget at the
+            # confidence): its bound is shown but not painted red
+            over = key in report.budgets and (drop if row.status in {"winner", "ok"} else worst) > report.budgets[key]
             cells.append(f'<td class="num{" over" if over else ""}">{text}</td>')
         cells.append(f'<td class="why">{escape(shorten_paths(details.get("reason") or row.note or ""))}</td>')
         body.append(f'<tr data-status="{escape(row.status)}">{"".join(cells)}</tr>')
@@ -293,7 +328,7 @@ def _table(report: Report, palette: dict[str, str]) -> str:
 
 
 def _breakable_key(key: str) -> str:
-    return re.sub(r"([._])", r"\1<wbr>", escape(key))
+    return re.sub(r"([._])", r"\1<wbr/>", escape(key))
 
 
 def _times(before: float, after: float, better: str, worse: str) -> str:

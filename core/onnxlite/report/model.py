@@ -58,6 +58,9 @@ class Report:
     budgets: dict[str, float] = field(default_factory=dict)
     #: why each default metric judges its output (evaluation.metrics.KIND_RULES), by metric key
     metric_why: dict[str, str] = field(default_factory=dict)
+    #: per budgeted rate metric: how many changed answers its budget allows on the judging samples
+    #: (``allowed``, ``samples``, ``by``: the confidence bound or the measured drop; search.evidence)
+    allowances: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: per row name: drops, their intervals, what was quantized and what stayed float, why it won or lost
     details: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: versions, CPU and its instruction-set flags, threads, the command line (see :func:`environment`)
@@ -114,7 +117,8 @@ class Report:
             "baseline": None if base is None else self.rows[base].name,
             "rows": [row.to_dict() | {"ratios": ratios} for row, ratios in zip(self.rows, self.ratios())],
             "sections": [{"heading": h, "text": t} for h, t in self.sections],
-            "verdict": self.verdict, "budgets": self.budgets, "metric_why": self.metric_why, "details": self.details,
+            "verdict": self.verdict, "budgets": self.budgets, "metric_why": self.metric_why,
+            "allowances": self.allowances, "details": self.details,
             "environment": self.environment, "verification": self.verification,
             "charts": [{"heading": h, "svg": svg} for h, svg in self.charts],
         })
@@ -125,7 +129,7 @@ class Report:
                    settings=dict(data.get("settings") or {}), primary_metric=data.get("primary_metric"),
                    sections=[(s["heading"], s["text"]) for s in data.get("sections") or []],
                    verdict=data.get("verdict") or "", budgets=dict(data.get("budgets") or {}),
-                   metric_why=dict(data.get("metric_why") or {}),
+                   metric_why=dict(data.get("metric_why") or {}), allowances=dict(data.get("allowances") or {}),
                    details=dict(data.get("details") or {}), environment=dict(data.get("environment") or {}),
                    verification=list(data.get("verification") or []),
                    charts=[(c["heading"], c["svg"]) for c in data.get("charts") or []])

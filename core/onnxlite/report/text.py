@@ -6,12 +6,11 @@ The ``fmt_*`` helpers render one figure each ("-" when it was not measured);
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from .model import LATENCY_KEYS, _jsonable
+from .model import LATENCY_KEYS
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -20,7 +19,8 @@ if TYPE_CHECKING:
 
 
 #: the rich style of each status, reused by the HTML palette in report_html
-STATUS_STYLES = {"ok": "cyan", "failed": "red", "rejected": "yellow", "winner": "bold green", "reference": "magenta"}
+STATUS_STYLES = {"ok": "cyan", "failed": "red", "rejected": "yellow", "lost its grid": "blue", "winner": "bold green",
+                 "reference": "magenta"}
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -142,7 +142,7 @@ def render_markdown(report: Report) -> str:
     lines = [f"# {report.title}", ""]
     if report.settings:
         lines += ["## Settings", ""]
-        lines += [f"- **{k}**: {_setting_text(v)}" for k, v in report.settings.items()]
+        lines += [f"- **{k}**: {setting_text(v, str(k))}" for k, v in report.settings.items()]
         lines.append("")
     lines += ["## Models", ""]
     cols = columns(report)
@@ -165,10 +165,38 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _setting_text(value: Any) -> str:
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(_jsonable(value))
+#: how a setting whose value is a plain yes/no reads in a report (a bare ``recipe False`` says nothing)
+_FLAG_WORDS = {"recipe": ("replayed from a recipe", "searched (no recipe)")}
+
+
+def setting_text(value: Any, key: str = "") -> str:
+    """One setting as a person reads it: ``name local, tasks 17`` rather than a JSON object, byte counts as
+    KB/MB/GB, yes/no rather than True/False."""
+    if isinstance(value, bool):
+        yes, no = _FLAG_WORDS.get(key, ("yes", "no"))
+        return yes if value else no
+    if isinstance(value, dict):
+        return ", ".join(f"{k.replace('_', ' ')} {setting_text(v, str(k))}" for k, v in value.items()
+                         if v not in (None, "", [], {}))
+    if isinstance(value, (list, tuple)):
+        return ", ".join(setting_text(v) for v in value)
+    if isinstance(value, (int, float)) and key.endswith("_bytes"):
+        return human_bytes(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
     return str(value)
+
+
+def allowance_note(allowance: dict[str, Any] | None) -> str:
+    """``: ≤ 0 of 400 answers may change`` for a table header (empty for continuous metrics)."""
+    if not allowance:
+        return ""
+    allowed = allowance["allowed"]
+    if allowed < 0:
+        return f": no candidate can pass on {allowance['samples']} samples"
+    by = " (measured)" if allowance.get("by") == "measured drop" else ""
+    return f": ≤ {allowed} of {allowance['samples']} answers may change{by}"
+
 
 
 # -- fitting text into a terminal -------------------------------------------------------------------

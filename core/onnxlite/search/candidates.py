@@ -47,9 +47,9 @@ def _short(value: Any) -> str:
 
 
 def exclude_option(spec: Any) -> str | None:
-    """The option through which a strategy keeps nodes in float (``exclude`` by convention)."""
-    names = [o.name for o in spec.options if o.multiple and "exclude" in o.name]
-    return names[0] if names else None
+    """The option through which a strategy keeps nodes in float: what its spec declares
+    (:attr:`QuantizerSpec.exclude_option`), not a name that happens to contain "exclude"."""
+    return getattr(spec, "exclude_option", None)
 
 
 def with_keep_float(candidate: Candidate, spec: Any, nodes: Sequence[str]) -> Candidate:
@@ -101,6 +101,20 @@ def _fast_formats(provider: str) -> tuple[str, ...]:
         return tuple(get_registry().get("provider", provider).spec.fast_formats)
     except UsageError:
         return ()
+
+
+def check_strategy_names(strategies: Sequence[str] | None) -> None:
+    """``--strategies`` names every strategy it lists, checked before any export or data work: an unknown one
+    fails in one line, ``--strategies: unknown quantizer 'nosuch'; did you mean ...`` (known names listed)."""
+    from ..errors import UsageError
+    from ..registry import get_registry
+
+    registry = get_registry()
+    for name in strategies or ():
+        try:
+            registry.get("quantizer", name)
+        except UsageError as error:
+            raise UsageError(f"--strategies: {error}") from None
 
 
 def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has_calibration: bool,

@@ -11,14 +11,11 @@
   leave the size alone (smoothquant's alpha, static's calibration method) are
   an option grid: the one with the smallest drop on the *select* part stays,
   the others are set aside.  The figures reported are the confirm part's.
-- **Fallback.** Partial quantization repairs the lightest over-budget
-  candidate when nothing passes, and also when it is clearly lighter than the
-  best candidate that passes.  A float prefix (the graph's start kept float)
-  is tried first, then nodes ranked by activation matching; when neither
-  reaches the budget, a direct sweep (each node quantized alone, its drop
-  measured) ranks them again.  Every probe gets the select part's judge only
-  (:func:`select_judge`): the confirm samples never steer the choice, and
-  judge the repair chosen, like any candidate (:func:`confirm`).
+- **Fallback.** Partial quantization repairs a light over-budget candidate that
+  is not slower than fp32 here (quick timing, :mod:`onnxlite.search.quick`).  A
+  float prefix is tried first, then nodes ranked by activation matching, then a
+  direct sweep.  Every probe gets the select part's judge only
+  (:func:`select_judge`); the confirm samples judge the repair chosen (:func:`confirm`).
 - **Mixed precision.** Each weighted node gets its own scheme from a sweep of
   per-node, per-scheme drops, planned under the budget (:mod:`onnxlite.mixed_plan`).
 """
@@ -27,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from .candidates import Candidate
@@ -97,11 +94,41 @@ def configure_judge(judge: Any, confidence: float, seed: int = 0) -> dict[str, A
             + (f"; it needs >= {needed} {where}" + (f" ({total} held-out samples in all)" if parts else "")
                if needed else "")
             + f"; {key} is held to its measured drop and candidates are ranked by {ranking}")
+    allowances = budget_allowances(judge, by_key, confirm, confidence, unresolved)
+    messages += [a["text"] for a in allowances.values()]
     judge.estimate_only = tuple(unresolved)
     rank = judge.primary if judge.primary not in unresolved else (extra or judge.primary)
     return {"confidence": confidence, "parts": parts.to_dict() if parts else {"confirm": samples},
             "unresolved": {k: v.to_dict() for k, v in unresolved.items()}, "rank_metric": rank,
-            "companion": extra, "messages": messages, "split_notes": notes}
+            "companion": extra, "messages": messages, "split_notes": notes, "allowances": allowances}
+
+
+def budget_allowances(judge: Any, by_key: dict[str, Any], samples: int, confidence: float,
+                      unresolved: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """For each budget on a rate metric (agreement, accuracy), how many changed answers it lets pass on the
+    samples that judge, said before any quantizing so that a verdict can be predicted: by the confidence bound,
+    or by the measured drop when the data cannot resolve the budget; and how many samples one more would need."""
+    from ..evaluation.intervals import is_rate_metric
+    from ..stats import allowance_text, allowed_changes, samples_for_changes
+
+    found: dict[str, dict[str, Any]] = {}
+    for key, budget in judge.budgets.items():
+        metric = by_key[key]
+        if not is_rate_metric(metric, judge.reference_outputs[metric.output], judge.context(metric.output)):
+            continue
+        if key in unresolved:
+            allowed = math.floor(budget * samples + 1e-9)     # held to the measured drop: k / n <= budget
+            text = (f"{key}: held to its measured drop, so up to {allowed} changed answer(s) of {samples} pass "
+                    f"the {budget:.3g} budget (more data makes this stricter: proving it at {confidence:.0%} "
+                    f"needs >= {unresolved[key].samples_needed} samples)")
+            found[key] = {"allowed": allowed, "samples": samples, "by": "measured drop", "text": text,
+                          "next_samples": None}
+            continue
+        allowed = allowed_changes(samples, budget, confidence)
+        found[key] = {"allowed": allowed, "samples": samples, "by": f"{confidence:.0%} bound",
+                      "next_samples": samples_for_changes(allowed + 1, budget, confidence),
+                      "text": f"{key}: {allowance_text(samples, budget, confidence)}"}
+    return found
 
 
 def add_companion(judge: Any) -> str | None:
@@ -155,9 +182,11 @@ def width_notes(rows: Sequence[CandidateRow], budgets: Mapping[str, float], skip
 def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
     """Within each option grid (same strategy and kept-float nodes, sizes within 1%), keep the select part's best.
 
-    The others that passed are set aside (status ``rejected``) with the reason; the
+    The others that passed are set aside (status ``lost its grid``) with the reason; the
     winner's own figures stay the confirm part's.  Returns one note per grid decided.
     """
+    from .results import LOST_GRID
+
     notes = []
     groups: dict[tuple, list[CandidateRow]] = {}
     for row in rows:
@@ -185,7 +214,7 @@ def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
             for row in cluster:
                 if row is best or row.status != "ok":
                     continue
-                row.status = "rejected"
+                row.status = LOST_GRID
                 row.reason = (f"lost {strategy}'s option grid on the select part: {rank} drop "
                               f"{on_select(row):.4g} vs {on_select(best):.4g} for {best.name}")
                 aside += 1
@@ -197,15 +226,22 @@ def select_on_grids(rows: Sequence[CandidateRow], rank: str) -> list[str]:
 
 # -- the fallback rule -----------------------------------------------------------------------------------
 
-def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can_exclude: Any) -> tuple[Any, str]:
+def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can_exclude: Any,
+                  fast: Any = None) -> tuple[Any, str]:
     """The over-budget candidate to repair, and why (``(None, reason)`` when there is none worth it).
 
     With nothing passing: the lightest candidate within 3x of the budget, else the
     closest.  With a passing one: only candidates at most ``CLEARLY_LIGHTER`` of its size.
+    ``fast(row)`` (:func:`onnxlite.search.quick.fast_enough`) says whether a row is no slower than fp32
+    here: a slower one is never a base, and a slower passing one never stops a fast one's repair.
     """
-    usable = [r for r in rows if r.over_budget and r.path and primary in r.drops
+    fast = fast or (lambda _row: True)
+    usable = [r for r in rows if r.over_budget and r.path and primary in r.drops and not getattr(r, "same_as", None)
               and math.isfinite(r.drops[primary]) and can_exclude(r.strategy)]
-    passing = [r for r in rows if r.status in {"ok", "winner"} and r.size_bytes]
+    if usable and not any(fast(r) for r in usable):
+        return None, "every over-budget candidate is slower than fp32 on this machine (--objective size repairs them)"
+    usable = [r for r in usable if fast(r)]
+    passing = [r for r in rows if r.status in {"ok", "winner"} and r.size_bytes and fast(r)]
     if passing:
         lightest = min(r.size_bytes for r in passing)
         usable = [r for r in usable if (r.size_bytes or 0) <= CLEARLY_LIGHTER * lightest]
@@ -237,10 +273,13 @@ def run_probes(state: Any, candidates: Sequence[Candidate], workers: int | None,
     offset = 100000 + len(getattr(state, "_probes", []))
     tasks = [state._task(c, offset + i) | ({"judge": str(judge)} if judge else {}) for i, c in enumerate(candidates)]
     state.emit("stage", {"message": f"{what}: {len(tasks)} probe model(s)"})
-    results = list(state.executor.run_tasks(tasks, state.work / "probes", workers))
+    from .trials import run_trials, untried_result
+
+    # through the trials: a probe repeating a candidate, or cached from an earlier run, is not run again
+    found = run_trials(state.trials, candidates, tasks, workers, state.work / "probes", stage=f"probes: {what}")
+    results = [r if r is not None else untried_result(c) for c, r in zip(candidates, found)]
     state._probes = getattr(state, "_probes", []) + results
-    order = {c.name: i for i, c in enumerate(candidates)}
-    return sorted(results, key=lambda r: order.get(r.name, 0))
+    return results
 
 
 def probe_drop(result: Any, rank: str) -> float:
@@ -355,7 +394,9 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
         if all(s == "float" for s in chosen.values()):
             break
         options = mixed_plan.assignment_options(chosen)
-        name = candidate_name("mixed", {"default": options["default"]}) + f"+{len(options['assign'])}"
+        # named by what it keeps apart from its default (``+float1``), not by a bare count (``+1``)
+        suffix = mixed_plan.plan_suffix(cast("tuple[str, ...]", options["assign"]))
+        name = candidate_name("mixed", {"default": options["default"]}) + suffix
         row = state.run_candidates(workers, [Candidate(name, "mixed", options)])[0]
         rows.append(row)
         record["rounds"].append({"name": row.name, "status": row.status, "plan": dict(chosen),
@@ -366,4 +407,12 @@ def mixed_stage(state: Any, workers: int | None, rank: str, budget: float) -> di
         if promoted is None:
             break
         chosen = promoted
+    return record
+
+
+def evidence_record(evidence: Mapping[str, Any], rows: Sequence[CandidateRow], judge: Any) -> dict[str, Any]:
+    """The evidence the report shows: the search's, with the width notes and why each default metric judges."""
+    record = dict(evidence)
+    record["width_notes"] = width_notes(rows, judge.budgets, judge.estimate_only)
+    record["metric_why"] = {m.key: m.why for m in judge.metrics if m.why}   # defaults: why each one
     return record

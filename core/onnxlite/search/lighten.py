@@ -2,7 +2,8 @@
 
 1. export the source with its framework plugin (verified);
 2. build candidates: every applicable quantizer plugin, over its option grid;
-3. quantize each candidate, each an independent task in its own process;
+3. quantize each candidate, an independent task in a warm worker (:mod:`onnxlite.search.trials`:
+   duplicates once, the result cache, the time budget), then time it quickly (speed measured early);
 4. judge each against the *source framework's* outputs on held-out data
    (never the calibration samples);
 5. benchmark the survivors interleaved with the float model;
@@ -31,8 +32,10 @@ from ..stats import DEFAULT_CONFIDENCE
 from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
 from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
 from .outdir import publish
-from .recipes import record
-from .results import CandidateRow, LightenResult, _ratio, _row, _speed, _why_won
+from .quick import quick_times
+from .recipes import recipe_candidate, record
+from .results import CandidateRow, LightenResult, _ratio, _speed, _why_won
+from .stopping import account, interrupted, later_stages
 
 if TYPE_CHECKING:
     from ..runtime import SessionSettings
@@ -42,10 +45,7 @@ Event = Callable[[str, Mapping[str, Any]], None]
 
 #: the accuracy budget when neither the caller nor a recipe gives one
 DEFAULT_MAX_DROP = "1%"
-#: a candidate must be at most this fraction of the float model's size to count as lighter
-MIN_SHRINK = 0.95
-#: held-out samples generated when the user gives no data
-GENERATED_SAMPLES = 128
+GENERATED_SAMPLES = 128   # held-out samples generated when the user gives no data
 
 
 # -- the search ---------------------------------------------------------------------------------------------
@@ -61,7 +61,8 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
             max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
             executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None,
             confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None,
-            target_runtime: str | None = None) -> LightenResult:
+            target_runtime: str | None = None, cache_dir: str | os.PathLike[str] | None = None, cache: bool = True,
+            time_budget: str | float | None = None) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
@@ -76,12 +77,16 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     OUTDIR gets ``model.onnx``, ``recipe.toml`` and ``report.html/json/md``.
     ``executor`` runs the candidates and the benchmark: ``"local"`` (a process pool here), ``"ray"``
     (Ray tasks on the cluster at ``ray_address``; ``bench_on`` a node label or resource for the
-    benchmark) or an :class:`onnxlite.executors.Executor`.
+    benchmark) or an :class:`onnxlite.executors.Executor`.  Quantized models and judgements are reused from
+    ``cache_dir`` (default :func:`~onnxlite.search.cache.default_cache_dir`) unless ``cache`` is False;
+    ``time_budget`` (``"5m"`` or seconds) stops starting new work when spent (:mod:`onnxlite.search.trials`).
     """
     from ..atomic import scratch_dir
     from ..runtime import SessionSettings, resolve_providers
+    from .trials import TimeBudget, make_context, parse_duration
 
     started = time.perf_counter()
+    budget = TimeBudget(parse_duration(time_budget))   # validated before any work
     emit = on_event or (lambda _kind, _info: None)
     settings = settings or SessionSettings()
     if not 0 < split < 1:
@@ -118,9 +123,9 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         raise UsageError(f"--objective: expected latency or size, got {objective!r}")
     metrics = [metric] if isinstance(metric, str) else (list(metric) if metric else None)
     resolve_providers(settings)  # an unavailable provider fails before any work
-
     from ..executors import get_executor
-
+    from .candidates import check_strategy_names
+    check_strategy_names(strategies)  # so does a misspelt --strategies name (not after the export)
     runner = get_executor(executor, ray_address=ray_address, bench_on=bench_on)
     with scratch_dir(out) as work, contextlib.closing(runner):
         state = _Search(source, work, settings, emit, runner)
@@ -132,18 +137,21 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
         state.prepare_data(data, calibration, data_options, calibration_options, split)
         state.run_reference()
         state.export(opset, exporter, metrics, max_drop)
+        state.trials = make_context(runner, emit, state.fp32, state.calibration_file, settings.to_dict(), cache_dir,
+                                    cache and chosen is None, budget)
         if chosen is not None:
             state.from_recipe(chosen)
         else:
             state.build(strategies)
-        state.run_candidates(workers)
-        if chosen is None:
-            state.select_grids()
-            state.mixed_precision(workers, strategies)
-        if partial and chosen is None:
-            state.partial_fallback(max_float_nodes, workers)
-        state.benchmark(batch, runs)
+        with interrupted(state, out):   # Ctrl-C: OUTDIR untouched, the best so far kept beside it
+            state.run_candidates(workers)
+            if chosen is None:
+                state.select_grids()
+                quick_times(state, objective)   # speed measured early: the repairs' bases are fast here
+            later_stages(state, workers, strategies, partial, max_float_nodes, chosen is None)
+            state.benchmark(batch, runs)
         result = state.finish(objective, out, chosen)
+        account(state, result)
         result.seconds = round(time.perf_counter() - started, 1)
         publish(state, result, out)
     emit("done", {"message": result.message})
@@ -262,19 +270,7 @@ class _Search:
             raise UsageError(f"no strategy applies to this model ({reasons})")
 
     def from_recipe(self, recipe) -> None:
-        from ..registry import get_registry
-        from .candidates import Candidate, candidate_name, exclude_option
-
-        spec = get_registry().get("quantizer", recipe.strategy).spec
-        # The recipe's options already hold the float nodes in the strategy's exclusion option;
-        # excluded_nodes is kept for the record.
-        option = exclude_option(spec) if recipe.excluded_nodes else None
-        name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items() if k != option})
-        if recipe.excluded_nodes:
-            name += f"+float{len(recipe.excluded_nodes)}"
-        if spec.needs_calibration and self.calibration_for(spec) is None:
-            raise UsageError(f"--recipe: strategy {recipe.strategy!r} needs calibration data (--calibration or --data)")
-        self.candidates = [Candidate(name, recipe.strategy, dict(recipe.options), tuple(recipe.excluded_nodes))]
+        self.candidates = [recipe_candidate(recipe, self.calibration_for)]
 
     def _task(self, candidate: Candidate, index: int) -> dict[str, Any]:
         from ..registry import get_registry
@@ -287,27 +283,15 @@ class _Search:
                 "check_data": str(self.calibration_file) if self.calibration_file else None,
                 "judge": str(self.judge_dir), "settings": settings}
 
-    # 3 + 4. quantize and judge, each candidate in its own process
+    # 3 + 4. quantize and judge (search.trials: warm workers, the cache, duplicates run once, the time budget)
     def run_candidates(self, workers: int | None, candidates: Sequence[Candidate] | None = None) -> list[CandidateRow]:
+        from .trials import candidate_rows
 
         todo = list(candidates if candidates is not None else self.candidates)
-        offset = len(self.rows)
-        tasks = [self._task(c, offset + i) for i, c in enumerate(todo)]
-        self.emit("candidates", {"total": len(tasks), "workers": workers})
-        new = []
-        for result in self.executor.run_tasks(tasks, self.work / "tasks", workers,
-                                on_start=lambda t: self.emit("candidate_start", {"name": t["candidate"]["name"]})):
-            row = _row(result)
-            if row.status == "ok" and row.size_bytes and self.baseline.size_bytes and \
-                    row.size_bytes > self.baseline.size_bytes * MIN_SHRINK:
-                row.status = "rejected"
-                row.reason = (f"within budget but not lighter: "
-                              f"{row.size_bytes / self.baseline.size_bytes:.2f}x the float size")
-            new.append(row)
-            self.emit("candidate_done", {"name": row.name, "status": row.status, "reason": row.reason,
-                                         "metrics": row.metrics, "primary": self.judge.primary})
-        order = {c.name: i for i, c in enumerate(todo)}
-        new.sort(key=lambda r: order.get(r.name, 0))
+        tasks = [self._task(c, len(self.rows) + i) for i, c in enumerate(todo)]
+        self.settled: dict[str, CandidateRow] = {}   # as they finish: Ctrl-C keeps the best of them too
+        new = candidate_rows(self.trials, todo, tasks, workers, self.work / "tasks", self.baseline.size_bytes,
+                             self.judge.primary, self.settled)
         self.rows.extend(new)
         return new
 
@@ -358,6 +342,8 @@ class _Search:
 
     # 6. pick and explain
     def finish(self, objective: str, out: Path, recipe: Any) -> LightenResult:
+        from .evidence import evidence_record
+
         base_p50 = self.baseline.p50
         measured_base = base_p50 if self.baseline.latency_ms else None
         rank = self.evidence["rank_metric"]
@@ -404,17 +390,9 @@ class _Search:
             skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],
             primary_metric=primary, budgets=dict(self.judge.budgets), objective=objective, message=message,
             export=self.exported.to_dict(), data=self.data.description, partial=self.partial,
-            evidence=self._evidence_record(),
+            evidence=evidence_record(self.evidence, self.rows, self.judge),
             settings={"provider": self.settings.provider, "threads": self.settings.threads,
                       "bench_batch": getattr(self, "bench_batch", None), "held_out_samples": self.judge.samples,
                       "recipe": bool(recipe), "executor": self.executor.describe(),
                       **getattr(self, "measured_on", {})},
         )
-
-    def _evidence_record(self) -> dict[str, Any]:
-        from .evidence import width_notes
-
-        record = dict(self.evidence)
-        record["width_notes"] = width_notes(self.rows, self.judge.budgets, self.judge.estimate_only)
-        record["metric_why"] = {m.key: m.why for m in self.judge.metrics if m.why}   # defaults: why each one
-        return record

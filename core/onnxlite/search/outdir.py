@@ -21,14 +21,15 @@ def publish(search: Any, result: LightenResult, out: Path) -> None:
     from ..atomic import replace_dir, write_text
     from ..modelio import publish_model
     from ..report.files import write_report
-    from .recipes import Recipe, copy_hf_files
+    from .recipes import Recipe, copy_hf_files, effective_options
 
     staged = search.work / "out"
     staged.mkdir()
     if result.winner is not None:
         judge = search.judge
         publish_model(result.winner.path, staged / "model.onnx", runtime=getattr(search, "target", None))
-        recipe = Recipe(strategy=result.winner.strategy, options=result.winner.options,
+        # the options that acted on this model (issue 25: not an op type it has no node of)
+        recipe = Recipe(strategy=result.winner.strategy, options=effective_options(result.winner.options, search.fp32),
                         excluded_nodes=tuple(result.winner.keep_float), metric=judge.primary,
                         max_drop=judge.budgets.get(judge.primary),
                         budgets=dict(judge.budgets), objective=result.objective,

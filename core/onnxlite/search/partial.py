@@ -194,7 +194,7 @@ def _select_drop(row: Any, rank: str) -> float:
 
 
 def fallback_bases(rows: Sequence[Any], primary: str, budget: float, can_exclude: Any,
-                   rank: str | None = None) -> tuple[list[Any], str]:
+                   rank: str | None = None, fast: Any = None) -> tuple[list[Any], str]:
     """The over-budget candidates to repair, in order, and why (``([], reason)`` when none is worth it).
 
     The first is :func:`~onnxlite.search.evidence.fallback_base`'s.  When it is within 3x of the
@@ -204,14 +204,14 @@ def fallback_bases(rows: Sequence[Any], primary: str, budget: float, can_exclude
     """
     from .evidence import fallback_base
 
-    first, why = fallback_base(rows, primary, budget, can_exclude)
+    first, why = fallback_base(rows, primary, budget, can_exclude, fast)
     if first is None:
         return [], why
     bases = [first]
     if first.drops[primary] <= 3 * budget:
         remaining = [r for r in rows if r is not first]
         while len(bases) < MAX_BASES:
-            found, _ = fallback_base(remaining, primary, budget, can_exclude)
+            found, _ = fallback_base(remaining, primary, budget, can_exclude, fast)
             if found is None or found.drops[primary] > 3 * budget \
                     or (found.size_bytes or 0) > (first.size_bytes or 0) * (1 + BASE_SIZE_SLACK):
                 break
@@ -257,20 +257,25 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     from ..registry import get_registry
     from .candidates import Candidate, exclude_option
     from .evidence import confirm, probed_on, select_judge
-    from .prefix import exclusion_steps, float_prefix, keep_worst
+    from .prefix import exclusion_steps, float_prefix, keep_worst_confirmed
     from .tasks import default_workers
 
     registry = get_registry()
     primary = state.judge.primary
     budget = state.judge.budgets.get(primary) or 0.0
     rank = state.evidence["rank_metric"]
+    from .quick import fast_enough
+
+    # speed measured early (search.quick): a base slower than fp32 here is not worth repairing for latency
     bases, why = fallback_bases(state.rows, primary, budget,
-                                lambda strategy: exclude_option(registry.get("quantizer", strategy).spec), rank)
+                                lambda strategy: exclude_option(registry.get("quantizer", strategy).spec), rank,
+                                fast_enough(getattr(state, "quick", None), getattr(state, "objective", "latency")))
     if not bases:
         state.partial = {"tried": False, "reason": why}
         return
     parallel = workers or default_workers(_file_size(state.fp32))
-    clock = _Clock(FALLBACK_SECONDS, parallel)
+    # its time share: FALLBACK_SECONDS, or what is left of the search's --time-budget if that is less
+    clock = _Clock(min(FALLBACK_SECONDS, state.trials.budget.left()), parallel)
     # rank on the select part only: the confirm part judges the repaired model
     select = state.judge.parts.select if state.judge.parts else None
     axes = getattr(state.judge, "batch_axes", None) or None
@@ -312,11 +317,11 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
             state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
             # Keeping every node in float would just be the float model again: stop at half of them; after a
             # prefix that passed, only repairs keeping fewer float bytes than it are worth a probe.
-            found, last = keep_worst(state, base, spec, [r.node for r in ranked],
-                                     max_float_nodes or max(1, len(ranked) // 2), workers, "activations", probe_judge,
-                                     max_bytes=prefix["float_bytes"] if repaired else None)
+            found, last, confirmed = keep_worst_confirmed(
+                state, base, spec, [r.node for r in ranked], max_float_nodes or max(1, len(ranked) // 2), workers,
+                "activations", probe_judge, clock, cost, max_bytes=prefix["float_bytes"] if repaired else None)
             closest = closest or last
-            if found is not None and confirm(state, found, "activations", workers):
+            if confirmed:
                 repaired.append("activations")
         if repaired:
             # the last one is the lightest (the activation ranking only probes lighter repairs than the prefix)
@@ -348,12 +353,11 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
     state.partial["sweep"] = swept[:20]
     state.partial["ranked_by"] = f"direct sweep ({rank} on {probed_on(state)})"
     resorted = [e["node"] for e in swept] + [n for n in suspects if n not in measured]
-    found, _ = keep_worst(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2), workers,
-                          "sweep", probe_judge, tried={tuple(sorted(order[:k])) for k in exclusion_steps(
-                              len(order), max_float_nodes or max(1, len(order) // 2))})
-    if found is not None:
-        confirm(state, found, "sweep", workers)
-    elif closest is not None:
+    found, _, _ = keep_worst_confirmed(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2),
+                                       workers, "sweep", probe_judge, clock, cost,
+                                       tried={tuple(sorted(order[:k])) for k in exclusion_steps(
+                                           len(order), max_float_nodes or max(1, len(order) // 2))})
+    if found is None and closest is not None:
         # nothing passed: the activation ranking's heaviest attempt is judged as a row (the table shows how far it got)
         confirm(state, closest, "activations", workers, closest=True)
 

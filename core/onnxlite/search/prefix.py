@@ -201,8 +201,42 @@ def keep_worst(state: Any, base: Any, spec: Any, order: Sequence[str], limit: in
         ok = passes(result)
         state.partial["steps"].append({"keep_float": k, "name": candidate.name,
                                        "status": "ok" if ok else "failed" if result.status == "failed" else "rejected",
-                                       "drop": result.drops.get(primary), "ranked_by": ranking})
+                                       "drop": result.drops.get(primary), "ranked_by": ranking,
+                                       # why a step with a small drop still failed (its bound, another metric)
+                                       "reason": result.error if result.status == "failed"
+                                       else "; ".join(result.failures)})
         last = candidate
         if ok:
             return candidate, last
     return None, last
+
+
+def keep_worst_confirmed(state: Any, base: Any, spec: Any, order: Sequence[str], limit: int, workers: int | None,
+                         ranking: str, judge: Any, clock: Any, cost: float, **options: Any) -> tuple[Any, Any, bool]:
+    """:func:`keep_worst`, each count that passes on the select part judged on the confirm part; when the
+    confirm part refuses it, on to the next larger count while the fallback's clock has room.
+
+    A repair one count short of the budget (smoothquant with 4 nodes in float at a bound of 0.00513
+    against 0.005, issue 22) is worth the 8-node probe, not "nothing qualifies".  Returns (the last
+    candidate that passed on the select part or None, the last one probed, whether it was confirmed).
+    """
+    from .evidence import confirm
+
+    after, last = 0, None
+    tried = set(options.pop("tried", ()))
+    while True:
+        # counts up to the one the confirm part refused count as tried: the next probe keeps more in float
+        tried |= {tuple(sorted(order[:k])) for k in range(1, after + 1)}
+        found, probed = keep_worst(state, base, spec, order, limit, workers, ranking, judge, tried=tried, **options)
+        last = probed or last
+        if found is None:
+            return None, last, False
+        if confirm(state, found, ranking, workers):
+            return found, last, True
+        after = len(found.keep_float)
+        if after >= limit or clock.probes(cost, parallel=False) < 2:   # the next probe and its confirmation
+            state.partial.setdefault("stopped", []).append(
+                {"after": found.name, "reason": "the confirm part refused it, and no larger count fits in what is "
+                                                "left of the fallback's time" if after < limit else
+                                                "the confirm part refused it at the most nodes kept in float"})
+            return found, last, False

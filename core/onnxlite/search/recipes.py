@@ -70,6 +70,19 @@ class Recipe:
             tomli_w.dumps(doc)
 
 
+def effective_options(options: Mapping[str, Any], model: Any) -> dict[str, Any]:
+    """The options as they acted on ``model`` (an ONNX path or ModelProto): ``op_types`` entries the graph has no
+    node of did nothing (Gather on a model without Gather), so the recipe does not record them."""
+    wanted = options.get("op_types")
+    if not wanted or isinstance(wanted, str):
+        return dict(options)
+    from ..graph_family import as_model
+
+    present = {n.op_type for n in as_model(model).graph.node}
+    kept = tuple(op for op in wanted if op in present)
+    return dict(options) | {"op_types": kept or tuple(wanted)}
+
+
 def _plain(options: dict[str, Any]) -> dict[str, Any]:
     """TOML has no None and no tuples: drop the one, list the other."""
     out = {}
@@ -226,3 +239,20 @@ def copy_hf_files(source: str | os.PathLike[str], folder: Path, model: Path) -> 
             shutil.copy2(model, folder / "onnx" / "model.onnx")
         copied.append("onnx/model.onnx")
     return copied
+
+
+def recipe_candidate(recipe: Recipe, calibration_for: Any) -> Any:
+    """The one candidate a recipe names; ``calibration_for(spec)`` is the calibration file its strategy would get."""
+    from ..registry import get_registry
+    from .candidates import Candidate, candidate_name, exclude_option
+
+    spec = get_registry().get("quantizer", recipe.strategy).spec
+    # The recipe's options already hold the float nodes in the strategy's exclusion option;
+    # excluded_nodes is kept for the record.
+    option = exclude_option(spec) if recipe.excluded_nodes else None
+    name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items() if k != option})
+    if recipe.excluded_nodes:
+        name += f"+float{len(recipe.excluded_nodes)}"
+    if spec.needs_calibration and calibration_for(spec) is None:
+        raise UsageError(f"--recipe: strategy {recipe.strategy!r} needs calibration data (--calibration or --data)")
+    return Candidate(name, recipe.strategy, dict(recipe.options), tuple(recipe.excluded_nodes))

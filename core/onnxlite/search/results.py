@@ -12,6 +12,10 @@ if TYPE_CHECKING:
     from .tasks import TaskResult
 
 
+#: the status of a candidate within budget that a better setting of its own option grid beat on the select part
+#: (not over budget: "rejected" is kept for candidates over budget or no lighter than fp32)
+LOST_GRID = "lost its grid"
+
 @dataclass
 class CandidateRow(Figures):
     """A candidate with everything learnt about it (its figures: :class:`~onnxlite.figures.Figures`)."""
@@ -20,12 +24,14 @@ class CandidateRow(Figures):
     strategy: str
     options: dict[str, Any]
     keep_float: list[str] = field(default_factory=list)
-    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | failed
+    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | lost its grid | failed
     reason: str = ""
     over_budget: bool = False
     quantize_seconds: float = 0.0
     quantize: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
+    #: the candidate this one repeats (same effective options, or a byte-identical model): shown, never run twice
+    same_as: str | None = None
 
     @property
     def p50(self) -> float:
@@ -89,7 +95,8 @@ class LightenResult:
         return _report(self)
 
 
-def _row(result: TaskResult) -> CandidateRow:
+def candidate_row(result: TaskResult) -> CandidateRow:
+    """A task's result as a row of the search: failed, over budget (rejected) or ok."""
     row = CandidateRow(name=result.name, strategy=result.strategy, options=result.options,
                        keep_float=list(result.keep_float), quantize=result.quantize, quantize_seconds=result.seconds,
                        path=result.path, **figures_of(result))
@@ -151,8 +158,7 @@ def _report(result: LightenResult) -> Any:
         ranking = "\n".join(f"- `{r['node']}` ({r['op_type']}): adds {r['added_error']:.3g} relative error"
                             for r in (result.partial.get("ranking") or [])[:10]) \
             or f"- none: {result.partial.get('reason', 'no node could be ranked')}"
-        steps = "\n".join(f"- {s['keep_float']} node(s) in float: {s['status']} (drop {s['drop']})"
-                          for s in result.partial["steps"])
+        steps = "\n".join(f"- {s['keep_float']} node(s) in float: {_step_text(s)}" for s in result.partial["steps"])
         why = f" ({result.partial['why']})" if result.partial.get("why") else ""
         swept = "".join(f"\n- `{e['node']}`: drop {e['drop']:.3g} quantized alone"
                         for e in (result.partial.get("sweep") or [])[:10])
@@ -168,9 +174,23 @@ def _report(result: LightenResult) -> Any:
                             **{k: v for k, v in result.settings.items() if v is not None}},
                   sections=sections, verdict=result.message, budgets=dict(result.budgets),
                   metric_why=dict((result.evidence or {}).get("metric_why") or {}),
+                  allowances=dict((result.evidence or {}).get("allowances") or {}),
                   details={row.name: _details(row) for row in [result.baseline] + result.candidates},
                   environment=environment(result.settings.get("threads")),
                   verification=list((result.export.get("verification") or {}).get("rows") or []))
+
+
+def _step_text(step: dict[str, Any]) -> str:
+    """``rejected (drop 0.0312: output.top1_agreement: drop 0.0312 > max 0.005)``: a rounded drop, and why a
+    step was rejected when its drop alone does not say (its confidence bound or another metric was over)."""
+    from ..report.text import shorten_paths
+
+    drop = step.get("drop")
+    figure = "" if drop is None else f"drop {drop:.4g}"
+    reason = step.get("reason") or ""
+    if step.get("status") == "ok" or not reason:
+        return f"{step.get('status')} ({figure})" if figure else str(step.get("status"))
+    return f"{step.get('status')} ({'; '.join(p for p in (figure, shorten_paths(reason)) if p)})"
 
 
 def _details(row: CandidateRow) -> dict[str, Any]:
@@ -199,7 +219,7 @@ def _confidence_section(result: LightenResult) -> str:
     lines += [f"- {note}" for note in evidence.get("grids") or []]
     mixed = evidence.get("mixed") or {}
     if mixed.get("tried"):
-        lines += [f"- mixed precision: {r['name']} {r['status']} (drop {r['drop']})" for r in mixed.get("rounds", [])]
+        lines += [f"- mixed precision: {r['name']} {_step_text(r)}" for r in mixed.get("rounds", [])]
     elif mixed.get("reason"):
         lines.append(f"- mixed precision not tried: {mixed['reason']}")
     keys = list(dict.fromkeys([*result.budgets, evidence.get("rank_metric")]))

@@ -2,9 +2,10 @@
 
 A task is described by a JSON file (the float model, the candidate, the
 calibration data file, the judge folder) and writes a JSON result, so it can
-run in a fresh process here or, later, on another machine.  ``lighten`` runs
-each task in its own subprocess: a candidate that crashes, even inside
-onnxruntime, takes only its own process down and is recorded as failed.
+run in a warm worker here (:mod:`onnxlite.executors.pool`), in a fresh process
+(:func:`run_tasks`, the behaviour before the pool) or on another machine: a
+candidate that crashes, even inside onnxruntime, takes only its own process
+down and is recorded as failed.
 
 Run one by hand: ``python -m onnxlite.search.tasks TASK.json RESULT.json``.
 """
@@ -69,7 +70,9 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
     outputs, inputs = list(judge.reference_outputs), list(judge.feeds)
     reference, feeds, labels = judge.reference_outputs, judge.feeds, judge.labels
     if samples is not None:
-        reference, feeds, labels = _only(judge, np.asarray(samples, dtype=np.int64))
+        from .pruning import judge_subset
+
+        reference, feeds, labels = judge_subset(judge, np.asarray(samples, dtype=np.int64))
     arrays = {f"ref_{i}": reference[n] for i, n in enumerate(outputs)}
     arrays |= {f"in_{i}": feeds[n] for i, n in enumerate(inputs)}
     if labels is not None:
@@ -86,24 +89,6 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
               if judge.parts and whole else None}
     (folder / "judge.json").write_text(json.dumps(config, indent=2))
     return folder
-
-
-def _only(judge: Judge, index: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
-    """The judge's reference outputs (batch first), inputs (each on its sample axis) and labels at ``index``."""
-    import numpy as np
-
-    from ..data.dataset import pick_rows
-
-    count = judge.samples
-
-    def rows(value: Any) -> Any:
-        shape = getattr(value, "shape", ())
-        return np.take(value, index, axis=0) if shape and shape[0] == count else value
-
-    reference = {n: rows(v) for n, v in judge.reference_outputs.items()}
-    feeds = pick_rows(judge.feeds, index, judge.batch_axes)
-    labels = None if judge.labels is None else rows(np.asarray(judge.labels))
-    return reference, feeds, labels
 
 
 def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
@@ -158,8 +143,11 @@ def _on_judge_axes(task: Mapping[str, Any], *paths: Any) -> list[Any]:
     return [loaded.get(os.fspath(p), p) if isinstance(p, (str, os.PathLike)) else p for p in paths]
 
 
-def run_task(task: Mapping[str, Any]) -> TaskResult:
-    """Quantize the float model with the task's candidate, then judge the result."""
+def run_task(task: Mapping[str, Any], load: Callable[[Path, Mapping[str, Any]], Judge] | None = None) -> TaskResult:
+    """Quantize the float model with the task's candidate, then judge the result.
+
+    ``load`` reads the task's judge (default :func:`load_judge`; a warm worker keeps the ones it has read).
+    """
     from ..errors import OnnxliteError
     from ..quantization.run import quantize
 
@@ -182,9 +170,21 @@ def run_task(task: Mapping[str, Any]) -> TaskResult:
         if claims:
             # the plugin's word and the written model disagree: its figures cannot be trusted as a recipe
             raise OnnxliteError(f"{claims} (the host counted the nodes in the written model)")
-        verdict = load_judge(Path(task["judge"]), task.get("settings", {})).evaluate(quantized.path, result.name)
-        copy_figures(verdict, result)   # the judge's figures, the size of the file it judged among them
-        result.passed, result.failures = verdict.passed, verdict.failures
+        judge = (load or load_judge)(Path(task["judge"]), task.get("settings", {}))
+        pruned = None
+        if task.get("prune"):
+            from .pruning import prune
+
+            # a few confirm samples first: a candidate clearly over budget there is not judged on the rest
+            pruned = prune(judge, quantized.path, int(task["prune"]))
+        if pruned is not None:
+            result.drops, result.intervals = dict(pruned.drops), dict(pruned.intervals)
+            result.passed, result.failures = False, list(pruned.failures)
+            result.quantize["pruned_on"] = pruned.samples
+        else:
+            verdict = judge.evaluate(quantized.path, result.name)
+            copy_figures(verdict, result)   # the judge's figures, the size of the file it judged among them
+            result.passed, result.failures = verdict.passed, verdict.failures
     except OnnxliteError as exc:
         result.status, result.error = "failed", str(exc)
     except Exception as exc:  # a plugin's own bug: recorded, never fatal to the search
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- many tasks, each in its own process -------------------------------------------------------------------------
 
-def _crash_message(returncode: int, stderr: str) -> str:
+def crash_message(returncode: int, stderr: str) -> str:
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
@@ -267,7 +267,7 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
                     yield TaskResult(name=candidate["name"], strategy=candidate["strategy"],
                                      options=dict(candidate["options"]),
                                      keep_float=list(candidate.get("keep_float", ())),
-                                     status="failed", error=_crash_message(code, output),
+                                     status="failed", error=crash_message(code, output),
                                      seconds=round(time.monotonic() - began, 2))
     finally:
         for proc, *_rest in running.values():

@@ -77,8 +77,8 @@ def render_html(result: SweepResult) -> str:
     shown = {"manifest": result.manifest, "seconds": result.seconds, **result.executor}
     settings = "".join(f"<dt>{escape(str(k))}</dt><dd>{escape(_text(v))}</dd>" for k, v in shown.items())
     return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"/>',
+        '<meta name="viewport" content="width=device-width, initial-scale=1"/>',
         "<title>onnxlite sweep</title>", f"<style>{CSS}</style></head><body><main>",
         f'<header><h1>onnxlite sweep</h1><div class="sub">{len(result.models)} models · {escape(now)}</div></header>',
         f'<section class="card settings"><h2>Settings</h2><dl class="settings">{settings}</dl></section>',

@@ -202,6 +202,7 @@ class TorchSource:
         else:
             first = requested or DEFAULT_EXPORTER
             order = [first] if requested else [first, *[e for e in EXPORTERS if e != first]]
+        cast = "" if self.program is not None or _is_script(self.module) else _float32_buffers(self, names, args)
         errors: list[tuple[str, BaseException]] = []
         for exporter in order:
             try:
@@ -212,6 +213,8 @@ class TorchSource:
                 continue
             provenance = {"onnxlite.exporter": exporter, "onnxlite.versions": _versions(self.versions),
                           **self.provenance}
+            if cast:
+                provenance["onnxlite.cast"] = cast
             if errors:
                 provenance["onnxlite.fallback"] = (f"the {errors[0][0]} exporter failed "
                                                    f"({_summary(errors[0][1])}); used {exporter}")
@@ -274,6 +277,32 @@ class TorchSource:
         if program is None:
             raise OnnxliteError("torch.onnx.export (dynamo) returned no program")
         program.save(str(path), external_data=False)
+
+
+def _float32_buffers(source: TorchSource, names: Sequence[str], args: tuple) -> str:
+    """Cast the module's bfloat16 buffers and parameters (rotary tables, say) to float32 when that leaves its
+    outputs on the export sample bit for bit unchanged, and say so; otherwise leave them (onnxruntime then names
+    the op and dtype it has no kernel for).  An exporter keeps them in bfloat16, which onnxruntime's CPU cannot run.
+    """
+    import torch
+
+    module = source.module
+    low = [(n, t) for n, t in [*module.named_buffers(), *module.named_parameters()] if t.dtype == torch.bfloat16]
+    if not low:
+        return ""
+    with torch.no_grad():
+        before = [t.clone() for _, t in flatten_outputs(source._call(names, args))]
+        kept = {n: t.data.clone() for n, t in low}
+        for _, tensor in low:
+            tensor.data = tensor.data.float()
+        after = [t for _, t in flatten_outputs(source._call(names, args))]
+    if len(before) == len(after) and all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(before, after)):
+        listed = ", ".join(n for n, _ in low[:4]) + (" ..." if len(low) > 4 else "")
+        return (f"cast {len(low)} bfloat16 buffer(s)/weight(s) ({listed}) to float32 for export: onnxruntime's CPU "
+                "has no bfloat16 kernels, and the outputs on the export sample are unchanged")
+    for name, tensor in low:
+        tensor.data = kept[name]
+    return ""
 
 
 def _output_axes(inputs: Sequence[Any], args: tuple, produced: list[tuple[str, Any]]) -> dict[str, dict[int, str]]:

@@ -8,12 +8,13 @@ this module).  Everything here is built on the documented host helpers
 
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from onnxlite import Option, UsageError
+from onnxlite.authoring import match_nodes
+from onnxlite.calibration import CalibrationReader
 
 DEFAULT_OP_TYPES = ("MatMul", "Gemm")
 
@@ -23,22 +24,9 @@ DEFAULT_OP_TYPES = ("MatMul", "Gemm")
 
 def expand_node_patterns(node_names: Iterable[str], patterns: Iterable[str], option: str = "exclude",
                          what: str = "node") -> list[str]:
-    """Node names matching any exact name or glob pattern, in graph order.
-
-    A pattern that matches nothing is a usage error: a typo must not silently
-    quantize the layer the user wanted to protect.
-    """
-    names = [n for n in node_names if n]
-    chosen: set[str] = set()
-    for pattern in patterns:
-        hits = [n for n in names if n == pattern or fnmatch.fnmatchcase(n, pattern)]
-        if not hits:
-            sample = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-            raise UsageError(f"--option {option}={pattern}: matches no {what} name in the model (names look like: "
-                             f"{sample})")
-        chosen.update(hits)
-    return [n for n in names if n in chosen]
-
+    """Node names matching any exact name or glob pattern, in graph order; a pattern that matches nothing is
+    a usage error (the host's :func:`onnxlite.authoring.match_nodes`, which third-party plugins use too)."""
+    return match_nodes(node_names, patterns, option=option, what=what)
 
 
 # ---------------------------------------------------------------- the int8 step (quantize_dynamic)
@@ -112,104 +100,5 @@ def common_options(op_types: tuple[str, ...] = DEFAULT_OP_TYPES) -> tuple[Option
     )
 
 
-
-# ---------------------------------------------------------------- calibration data
-
-
-class CalibrationReader:
-    """An onnxruntime ``CalibrationDataReader`` over a Dataset (or any iterable of feed dicts).
-
-    ``len`` and ``set_range`` let ``quantize_static`` calibrate in strides
-    (``CalibStridedMinMax``): the calibrator collects one stride, folds it into
-    its ranges or histograms and drops the activations before the next, which
-    keeps memory bounded however big the calibration set is.
-    """
-
-    def __init__(self, data: Any, batch_size: int = 1, limit: int = 0, uniform: bool = False,
-                 names: Iterable[str] | None = None) -> None:
-        if not (hasattr(data, "take") and hasattr(data, "batches")) and iter(data) is data:
-            data = list(data)  # a one-shot iterator: it is read to count it, then again to calibrate
-        self.data = data
-        self.batch_size = max(1, batch_size)
-        self.limit = limit
-        self.uniform = uniform
-        self.names = list(names) if names is not None else None
-        self._iter: Iterator[dict[str, Any]] | None = None
-        self._pos = 0
-        self._start, self._end = 0, cast("int | None", None)
-        self._count: int | None = None
-        self._shapes: dict[str, tuple[int, ...]] = {}
-        self.samples_seen = 0
-
-    def _all_batches(self) -> Iterator[dict[str, Any]]:
-        import numpy as np
-
-        data = self.data
-        if hasattr(data, "take") and hasattr(data, "batches"):
-            if self.limit:
-                data = data.take(self.limit)
-            source: Iterable[Mapping[str, Any]] = data.batches(self.batch_size)
-        else:
-            source = data
-        left = self.limit or None
-        for feed in source:
-            feed = {k: np.asarray(v) for k, v in feed.items()}
-            if self.names is not None:
-                feed = {k: feed[k] for k in self.names if k in feed}
-            if left is not None:
-                rows = next(iter(feed.values())).shape[0]
-                if rows > left:
-                    feed = {k: v[:left] for k, v in feed.items()}
-                left -= min(rows, left)
-            yield feed
-            if left == 0:
-                return
-
-    def __len__(self) -> int:
-        # quantize_static asks only when striding; a padded count (see StaticQuantizer) may be set.
-        if self._count is None:
-            self._count = sum(1 for _ in self._all_batches())
-        return self._count
-
-    def set_range(self, start_index: int, end_index: int | None) -> None:
-        # Strides arrive in order: carry on with the same pass instead of re-reading from the start.
-        if self._iter is None or start_index < self._pos:
-            self._iter, self._pos = None, 0
-        self._start, self._end = start_index, end_index
-
-    def get_next(self) -> dict[str, Any] | None:
-        if self._iter is None:
-            self._iter, self._pos = self._all_batches(), 0
-        while self._pos < self._start:
-            if next(self._iter, None) is None:
-                return None
-            self._pos += 1
-        if self._end is not None and self._pos >= self._end:
-            return None
-        feed = next(self._iter, None)
-        if feed is None:
-            return None
-        self._pos += 1
-        self._check_uniform(feed)
-        self.samples_seen += next(iter(feed.values())).shape[0]
-        return feed
-
-    def _check_uniform(self, feed: Mapping[str, Any]) -> None:
-        if not self.uniform:
-            return
-        for name, array in feed.items():
-            seen = self._shapes.setdefault(name, tuple(array.shape))
-            if tuple(array.shape) != seen:
-                raise UsageError(f"calibration input {name!r}: samples of shape {list(seen)} and "
-                                 f"{list(array.shape)}; histogram calibration (Entropy, Percentile, "
-                                 "Distribution) needs samples of one shape (pad text to max_length), "
-                                 "or use method=MinMax")
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self
-
-    def __next__(self) -> dict[str, Any]:
-        feed = self.get_next()
-        if feed is None:
-            raise StopIteration
-        return feed
+__all__ = ["CalibrationReader", "expand_node_patterns", "run_quantize_dynamic", "select_nodes", "weights_note",
+           "run_excluding", "common_options", "DEFAULT_OP_TYPES"]   # CalibrationReader: onnxlite.calibration's

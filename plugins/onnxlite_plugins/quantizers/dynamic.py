@@ -58,6 +58,7 @@ def register_quantizers():
     return [
         QuantizerSpec(
             name="dynamic",
+            exclude_option="exclude",
             description="Int8 weights, activations quantized at run time (no calibration); "
                         "per-channel MatMul/Gemm by default. Best first try for transformers and MLPs on CPU.",
             factory=DynamicQuantizer,

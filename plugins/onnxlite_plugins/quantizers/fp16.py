@@ -59,6 +59,7 @@ def register_quantizers():
     return [
         QuantizerSpec(
             name="fp16",
+            exclude_option="exclude",
             description="Convert float32 weights and compute to float16 (half the size). "
                         "Pays off on GPUs; on CPU it is usually no faster.",
             factory=Fp16Converter,

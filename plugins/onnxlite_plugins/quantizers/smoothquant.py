@@ -260,6 +260,7 @@ def register_quantizers():
     return [
         QuantizerSpec(
             name="smoothquant",
+            exclude_option="exclude",
             description="SmoothQuant: calibration data moves activation outliers into the weights, "
                         "then dynamic per-channel int8 (MatMul/Gemm, and Gather for embedding tables).",
             factory=SmoothQuantQuantizer,

@@ -215,7 +215,7 @@ def _extra_options(opts: Mapping[str, Any], reader: CalibrationReader, batches: 
         extra["CalibPercentile"] = float(opts["percentile"])
     if batches > chunk_batches:
         # ORT wants the count to divide by the stride; our reader clamps the last stride.
-        reader._count = -(-batches // chunk_batches) * chunk_batches
+        reader.set_count(-(-batches // chunk_batches) * chunk_batches)
         extra["CalibStridedMinMax"] = chunk_batches
     if "16" in opts["activation_type"] or "16" in opts["weight_type"]:
         # Standard QuantizeLinear only gained 16-bit types in opset 21.
@@ -350,6 +350,7 @@ class StaticQuantizer:
 def register_quantizers():
     return [QuantizerSpec(
         name="static",
+        exclude_option="exclude",
         description="int8 weights and activations, activation ranges calibrated on representative data "
                     "(onnxruntime quant_pre_process + quantize_static)",
         factory=StaticQuantizer,

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
+from onnxlite import OnnxliteError, Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
 from .common import common_options, run_excluding, select_nodes, weights_note
 
@@ -173,6 +173,27 @@ def _symbolic_shape_inference():
     return module.SymbolicShapeInference
 
 
+#: fused ops whose onnxruntime CPU kernels take a 1-D scale (gamma) and bias (beta): inputs 2 and 3
+SKIP_NORMS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
+
+
+def unfit_norm_scales(model) -> list[str]:
+    """Skip layer norms the fusion made whose gamma or beta is a constant of rank other than 1.
+
+    The fusion copies an RMSNorm's scale as it finds it (``[1, 1, hidden]`` in some exports), and onnxruntime's
+    kernel then refuses the graph when it runs ("gamma is expected to have 1 dimension, got 3").
+    """
+    ranks = {init.name: len(init.dims) for init in model.graph.initializer}
+    found = []
+    for node in model.graph.node:
+        if node.op_type not in SKIP_NORMS:
+            continue
+        for index, role in ((2, "gamma"), (3, "beta")):
+            if len(node.input) > index and ranks.get(node.input[index], 1) != 1:
+                found.append(f"{node.op_type} {node.name}: {role} of rank {ranks[node.input[index]]}")
+    return found
+
+
 class TransformerQuantizer:
     def quantize(self, model: Path, output: Path, options: Mapping[str, Any], context) -> QuantizeOutcome:
         import onnx
@@ -187,15 +208,37 @@ class TransformerQuantizer:
         header = onnx.load(str(model), load_external_data=False)
         external = uses_external_data(header)
         settings, sources = resolve_settings(header, options)
-        with quiet_root_logging():
-            optimized = optimize_model(str(model), model_type=settings["model_type"], num_heads=settings["num_heads"],
-                                       hidden_size=settings["hidden_size"], opt_level=options["opt_level"],
-                                       use_gpu=options["use_gpu"])
+        def fuse(fusion_options: Any = None) -> Any:
+            with quiet_root_logging():
+                return optimize_model(str(model), model_type=settings["model_type"], num_heads=settings["num_heads"],
+                                      hidden_size=settings["hidden_size"], opt_level=options["opt_level"],
+                                      use_gpu=options["use_gpu"], optimization_options=fusion_options)
+
+        optimized = fuse()
+        unfit = unfit_norm_scales(optimized.model)
+        skipped_fusion = ""
+        if unfit:
+            # onnxruntime would refuse this graph when it runs: fuse again without that one pattern
+            from onnxruntime.transformers.fusion_options import FusionOptions
+
+            fusion_options = FusionOptions(settings["model_type"])
+            fusion_options.enable_skip_layer_norm = False
+            optimized = fuse(fusion_options)
+            skipped_fusion = (f"skip layer norm fusion left out: it made {'; '.join(unfit[:3])}"
+                              f"{' ...' if len(unfit) > 3 else ''}, which onnxruntime's kernel refuses (it takes "
+                              "a 1-D gamma)")
+            context.warn(f"transformer: {skipped_fusion}")
+            still = unfit_norm_scales(optimized.model)
+            if still:
+                raise OnnxliteError(f"transformer: the fused graph has {still[0]}, which onnxruntime refuses "
+                                    "(it takes a 1-D gamma); try --option opt_level=0 or another strategy")
         stats = {k: int(v) for k, v in optimized.get_fused_operator_statistics().items() if v}
         # Saving through OnnxModel adds the com.microsoft opset import the fused ops need.
         fused_path = context.workdir / "fused.onnx"
         optimized.save_model_to_file(str(fused_path), use_external_data_format=external)
         notes = ["fusion settings: " + ", ".join(sources)]
+        if skipped_fusion:
+            notes.append(skipped_fusion)
         if not any(stats.get(op) for op in ("Attention", "MultiHeadAttention", "GroupQueryAttention")):
             context.warn("attention was not fused (onnxruntime did not recognise the attention pattern"
                          + ("" if settings["num_heads"] else ", and the head count could not be detected: "
@@ -224,6 +267,7 @@ def register_quantizers():
     return [
         QuantizerSpec(
             name="transformer",
+            exclude_option="exclude",
             description="onnxruntime transformer fusions (attention, skip/embed layer norm, GELU), "
                         "then dynamic per-channel int8. For BERT-style encoders on CPU.",
             factory=TransformerQuantizer,

@@ -318,6 +318,7 @@ def register_quantizers():
     return [
         QuantizerSpec(
             name="weightonly",
+            exclude_option="exclude",
             description="Weight-only 8- or 4-bit blocks for MatMul weights (MatMulNBits; rtn, hqq or kquant), "
                         "optionally int8/int4 embedding tables; activations float, no calibration.",
             factory=WeightOnlyQuantizer,
@@ -330,6 +331,7 @@ def register_quantizers():
         ),
         QuantizerSpec(
             name="gptq",
+            exclude_option="exclude",
             description="Weight-only 4-bit MatMulNBits blocks rounded by GPTQ on calibration data "
                         "(second-order error compensation); activations float.",
             factory=lambda: WeightOnlyQuantizer("gptq", algorithm="gptq", bits=4),
@@ -340,6 +342,7 @@ def register_quantizers():
         ),
         QuantizerSpec(
             name="int4",
+            exclude_option="exclude",
             description="Weight-only 4-bit blocks for MatMul weights (MatMulNBits), activations float. "
                         "For large LLM-style linear layers; the 4-bit preset of weightonly.",
             factory=lambda: WeightOnlyQuantizer("int4", bits=4),

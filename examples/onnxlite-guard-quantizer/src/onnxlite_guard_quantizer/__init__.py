@@ -7,17 +7,20 @@ Nothing here subclasses an onnxlite class; the quantizer object only needs a
 
 from __future__ import annotations
 
-import fnmatch
-
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, hookimpl
+from onnxlite.authoring import match_nodes, quiet_onnxruntime
 
 WEIGHTED_OPS = ("MatMul", "Gemm")
 
 
 def guarded_nodes(graph, keep_first: bool, keep_last: bool, patterns) -> list[str]:
-    """Names of the MatMul/Gemm nodes to keep in float, in graph order."""
+    """Names of the MatMul/Gemm nodes to keep in float, in graph order.
+
+    ``match_nodes`` is the host's pattern check: a pattern that matches no MatMul/Gemm is a usage error
+    (exit 2, one line), so a typo never quantizes the layer the user meant to protect.
+    """
     weighted = [n.name for n in graph.node if n.op_type in WEIGHTED_OPS]
-    keep = {name for name in weighted if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
+    keep = set(match_nodes(weighted, patterns, what="MatMul/Gemm node"))
     if weighted and keep_first:
         keep.add(weighted[0])
     if weighted and keep_last:
@@ -56,13 +59,14 @@ class GuardedQuantizer:
         if unnamed:
             context.warn(f"{len(unnamed)} MatMul/Gemm nodes have no name and cannot be guarded by name")
         keep = guarded_nodes(graph, options["keep_first"], options["keep_last"], options["exclude"])
-        quantize_dynamic(
-            str(model), str(output),
-            weight_type=QuantType.QInt8,
-            per_channel=options["per_channel"],
-            op_types_to_quantize=list(WEIGHTED_OPS),
-            nodes_to_exclude=exclusion_list(graph, keep),
-        )
+        with quiet_onnxruntime():  # no "consider pre-processing" advice on every run
+            quantize_dynamic(
+                str(model), str(output),
+                weight_type=QuantType.QInt8,
+                per_channel=options["per_channel"],
+                op_types_to_quantize=list(WEIGHTED_OPS),
+                nodes_to_exclude=exclusion_list(graph, keep),
+            )
         # Report what the written model holds, not what was asked for.
         kept = still_float(output, keep)
         lost = [name for name in keep if name not in kept]
@@ -79,8 +83,9 @@ def register_quantizers():
             description="Dynamic int8 (per-channel) that keeps the first/last MatMul/Gemm and named nodes in float.",
             factory=GuardedQuantizer,
             requires=("onnxruntime", "onnx"),
-            install="onnxlite-guard-quantizer",
+            install="onnxlite[cpu]",
             applies_to=("matmul", "transformer"),
+            exclude_option="exclude",  # lighten's partial fallback keeps nodes in float through this option
             options=(
                 Option("keep_first", bool, True, "Keep the first MatMul/Gemm in float."),
                 Option("keep_last", bool, True, "Keep the last MatMul/Gemm in float."),

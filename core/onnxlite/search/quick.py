@@ -1,0 +1,110 @@
+"""Speed measured early: every judged candidate timed quickly against fp32, on this machine, before any repair.
+
+The final interleaved benchmark decides the winner; this only tells the stages that
+pick a base (the partial fallback) which formats are fast *here*: 8-bit MatMulNBits is
+1.6x faster than fp32 on a VNNI CPU and 0.7x on an AVX2 one, so a base chosen by size
+alone can spend the whole repair budget on a model no one would ship.
+
+Each candidate is timed in turns with the fp32 model (``runs`` turns of one run each after a
+warm-up), so a load that comes and goes touches both alike; the figure is the ratio of the
+two medians (above 1: slower than fp32).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: timed turns per candidate (each: one fp32 run, one candidate run)
+QUICK_RUNS = 3
+#: a base more than this much slower than fp32 in the quick timing is "slower than fp32 here"
+SLOWER_MARGIN = 0.10
+#: below this fp32 time per batch, per-call overhead rather than the format decides the speed: the quick
+#: timing then says nothing about the format, and the bases are chosen by size as before
+MEANINGFUL_MS = 1.0
+
+
+@dataclass(frozen=True)
+class QuickTimes:
+    """Each candidate's quick p50 over fp32's, measured in turns with it (above 1: slower)."""
+
+    ratios: Mapping[str, float] = field(default_factory=dict)
+    fp32_ms: float | None = None
+    batch: int = 0
+    runs: int = QUICK_RUNS
+    seconds: float = 0.0
+
+    def slower_than_fp32(self, name: str) -> bool:
+        ratio = self.ratios.get(name)
+        return ratio is not None and ratio > 1 + SLOWER_MARGIN
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ratios": {k: round(v, 3) for k, v in self.ratios.items()}, "fp32_ms": self.fp32_ms,
+                "batch": self.batch, "runs": self.runs, "seconds": self.seconds}
+
+
+def time_quickly(fp32: str, models: Mapping[str, str], feeds: Mapping[str, Any], settings: Any,
+                 runs: int = QUICK_RUNS) -> QuickTimes:
+    """Time each of ``models`` (name -> path) in turns with ``fp32`` on ``feeds``; one that will not run is left out."""
+    from ..runtime import create_session, run_session
+
+    started = time.perf_counter()
+    base = create_session(fp32, settings)
+    run_session(base, feeds)   # warm-up
+    ratios: dict[str, float] = {}
+    fp32_all: list[float] = []
+    for name, path in models.items():
+        try:
+            session = create_session(path, settings)
+            run_session(session, feeds)
+        except Exception:  # noqa: BLE001, S112 - the final benchmark reports a model that cannot run
+            continue
+        mine: list[float] = []
+        theirs: list[float] = []
+        for _ in range(runs):
+            for session_, into in ((base, theirs), (session, mine)):
+                began = time.perf_counter()
+                run_session(session_, feeds)
+                into.append(time.perf_counter() - began)
+        del session
+        fp32_all += theirs
+        ratios[name] = statistics.median(mine) / max(statistics.median(theirs), 1e-9)
+    fp32_ms = round(statistics.median(fp32_all) * 1000, 3) if fp32_all else None
+    return QuickTimes(ratios, fp32_ms, 0, runs, round(time.perf_counter() - started, 2))
+
+
+def quick_times(state: Any, objective: str) -> None:
+    """Time every judged candidate (within budget or over it) quickly; ``state.quick`` holds the ratios."""
+    from dataclasses import replace
+
+    state.objective = objective   # the fallback's bases follow it (fast_enough)
+    rows = [r for r in state.rows if r.path and r.status in {"ok", "rejected"} and (r.status == "ok" or r.over_budget)]
+    if not rows or state.trials.budget.spent():
+        state.quick = QuickTimes()
+        return
+    samples = state.judge.samples
+    size = max(1, min(32, samples, state.judge.batch_cap or samples))
+    state.emit("stage", {"message": f"timing {len(rows)} candidate(s) quickly against fp32 on this machine "
+                                    f"({QUICK_RUNS} runs each, batch {size})"})
+    try:
+        found = time_quickly(str(state.fp32), {r.name: r.path for r in rows}, state.judge.first_feeds(size),
+                             state.settings)
+    except Exception as exc:  # noqa: BLE001 - without quick figures the bases are chosen by size, as before
+        state.emit("note", {"message": f"quick timing failed ({exc}); fallback bases chosen by size alone"})
+        found = QuickTimes()
+    state.quick = replace(found, batch=size)
+    state.evidence["quick_times"] = state.quick.to_dict() | {"objective": objective}
+
+
+def fast_enough(quick: QuickTimes | None, objective: str) -> Any:
+    """A predicate on rows: may this one be a repair's base? Under ``objective="size"`` every one may."""
+    if quick is None or objective == "size" or not quick.ratios or (quick.fp32_ms or 0.0) < MEANINGFUL_MS:
+        return lambda _row: True
+    return lambda row: not quick.slower_than_fp32(row.name)
+
+
+def slow_names(quick: QuickTimes | None, names: Sequence[str]) -> list[str]:
+    return [n for n in names if quick is not None and quick.slower_than_fp32(n)]
