@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..ops import QDQ_OPS
 from .qdq_graph import QUANTIZED_SUFFIX, folded_bounds, qdq_groups, without_qdq
 
 if TYPE_CHECKING:
@@ -212,8 +213,7 @@ def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.Pat
         work = Path(tmp)
         sqnr = activation_sqnr(float_model, candidate, rows, work, folded_bounds(reference))
         # every Q/DQ pair goes when one node is measured alone, the graph inputs' too (they have no owner node)
-        every = {n.name for n in qdq.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
-                 and n.input[0] not in weights}
+        every = {n.name for n in qdq.graph.node if n.op_type in QDQ_OPS and n.input[0] not in weights}
         alone: dict[str, dict[str, float]] = {}
         left_float: dict[str, dict[str, float]] = {}
         if isolate:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import onnx
 
+from ..ops import QDQ_OPS
+
 QUANTIZED_SUFFIX = "_quantized"     # onnxruntime's name for a quantized initializer (W -> W_quantized)
 
 
@@ -42,7 +44,7 @@ def qdq_groups(model: onnx.ModelProto) -> QdqGroups:
                 own.setdefault(user.name, []).append(n.name)
         elif n.op_type == "QuantizeLinear" and n.input[0] not in inits:     # an activation's Q/DQ pair
             owner = producer.get(n.input[0])
-            if owner is None or owner.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            if owner is None or owner.op_type in QDQ_OPS:
                 continue
             own.setdefault(owner.name, []).append(n.name)
             own[owner.name] += [u.name for u in users.get(n.output[0], []) if u.op_type == "DequantizeLinear"]
