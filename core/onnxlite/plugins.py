@@ -40,6 +40,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "onnxlite_plugins.quantizers.fp16",
     "onnxlite_plugins.quantizers.weightonly",
     "onnxlite_plugins.quantizers.mixed",
+    "onnxlite_plugins.quantizers.recover",
+    "onnxlite_plugins.quantizers.qat",
     "onnxlite_plugins.providers.onnxruntime_eps",
     "onnxlite_plugins.metrics.builtin",
     "onnxlite_plugins.metrics.sequence",

@@ -62,6 +62,10 @@ class QuantizeContext:
     workdir: Path | None = None
     #: Report a non-fatal concern to the user.
     warn: Callable[[str], None] = print
+    #: The loaded source-framework model the ONNX file was exported from (a ``torch.nn.Module`` for
+    #: PyTorch), when the caller has it (``onnxlite.quantize(..., source_model=module)``); None for a
+    #: plain ONNX file.  Strategies that train (``qat``) need it; the others ignore it.
+    source_model: Any = None
 
 
 @dataclass

@@ -39,13 +39,17 @@ from .common import (
 @click.option("--seq-len", type=click.IntRange(min=1), default=16, show_default=True,
               help="Length of generated sequences (dynamic non-batch axes).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for generated samples.")
+@click.option("--per-node", "per_node", is_flag=True,
+              help="Also attribute the error node by node (one QDQ CANDIDATE, REFERENCE its float .onnx): the "
+                   "drop with only each node quantized, with only it left float, and the SQNR its output's "
+                   "Q/DQ adds; worst first (docs/metrics.md).")
 @click.option("--report", "report_dir", metavar="DIR", help="Also write report.html, report.json and report.md here.")
 @source_options("REFERENCE")
 @session_options
 @json_option
 def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_options: tuple[str, ...],
             framework: str, metrics: tuple[str, ...], max_drop: tuple[str, ...], confidence: float,
-            samples: int | None,
+            samples: int | None, per_node: bool,
             batch_size: int, old_batch_size: int | None, seq_len: int, seed: int, report_dir: str | None,
             inputs: tuple[str, ...], model_class: str | None, framework_options: tuple[str, ...], provider: str,
             threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
@@ -67,6 +71,8 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
     options = option_pairs(data_options, "--data-option") or None
     err = console(stderr=True)
+    if per_node and len(candidates) != 1:
+        raise click.UsageError("--per-node takes exactly one CANDIDATE")
     with err.status("comparing...") as status:
         source, specs, framework = _reference(reference, framework, inputs, model_class, framework_options,
                                               settings)
@@ -75,17 +81,20 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
                              data_options=options, samples=samples,
                              batch_size=batch_size if old_batch_size is None else old_batch_size, seq_len=seq_len,
                              seed=seed, confidence=confidence, progress=lambda msg: status.update(f"{msg}..."))
+        nodes = _per_node(reference, candidates[0], data, metrics, status, settings=settings, data_options=options,
+                          samples=samples, batch_size=batch_size if old_batch_size is None else old_batch_size,
+                          seq_len=seq_len, seed=seed) if per_node else None
     result.reference = reference   # a reference loaded here is named by what the user typed
     warn_isa(result.settings)
     paths = None
     if report_dir:
         from ..report.files import write_report
 
-        paths = write_report(result.to_report(), report_dir)
+        paths = write_report(_with_per_node(result.to_report(), nodes, result.candidates[0].name), report_dir)
     if as_json:
         from .common import emit_json
 
-        payload = result.to_dict()
+        payload = result.to_dict() | ({"per_node": nodes.to_dict()} if nodes is not None else {})
         if paths:
             payload["report"] = {k: str(v) for k, v in paths.items()}
         emit_json(payload)
@@ -97,6 +106,7 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         for c in result.candidates:
             for note in c.notes:
                 out.print(f"[yellow]{c.name}[/]: {note}")
+        _print_per_node(out, nodes)
         if paths:
             out.print(f"report: {paths['html']}")
     if result.passed is False:
@@ -106,6 +116,34 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         click.get_current_context().exit(1)
     if result.passed:
         click.echo("PASS: every candidate is within --max-drop", err=True)
+
+
+def _per_node(reference, candidate, data, metrics, status, **options):
+    """``--per-node``: one implementation, :func:`onnxlite.evaluation.per_node.per_node_compare`, on the
+    same samples and metrics as the table (``options``: the reference's loading, as compare's)."""
+    from ..evaluation.per_node import per_node_compare
+
+    return per_node_compare(reference, candidate, data, metrics=list(metrics) or None,
+                            progress=lambda msg: status.update(f"per node: {msg}..."), **options)
+
+
+def _with_per_node(report, nodes, name: str):
+    """``report`` with the per-node list, its chart and its data (under ``details[name]``), when measured."""
+    if nodes is not None:
+        report.sections.append(("Error by node", nodes.markdown()))
+        report.charts.append(("Error by node (worst first)", nodes.chart_svg()))
+        report.details.setdefault(name, {})["per_node"] = nodes.to_dict()
+    return report
+
+
+def _print_per_node(out, nodes) -> None:
+    from rich.markup import escape
+
+    if nodes is None:
+        return
+    click.echo("\n".join(nodes.table_lines()))
+    for note in nodes.notes:
+        out.print(f"[yellow]note[/]: {escape(note)}")
 
 
 def _reference(reference: str, framework: str, inputs, model_class, framework_options, settings):

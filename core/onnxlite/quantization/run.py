@@ -170,11 +170,15 @@ def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | Non
     or differently shaped results; the cosine it saw goes in ``details["check"]``.
     An existing ``output`` is replaced only with ``force=True``.  The check runs on the first samples of
     ``check_data`` (a data path or Dataset), else of the calibration data, else on generated samples.
+    ``source_model=`` (a keyword, not a strategy option): the loaded source-framework model ``model`` was
+    exported from (a ``torch.nn.Module``), handed to the strategy as ``QuantizeContext.source_model``
+    (``qat`` trains it).
     """
+    source_model = options.pop("source_model", None)
     # target_runtime ("onnxruntime==1.24") keeps the output loadable by that release (docs/providers.md).
     return run_quantize(model, output, strategy, options, calibration, calibration_options,
                         check=check, on_warning=on_warning, force=force, check_data=check_data,
-                        target_runtime=target_runtime)
+                        target_runtime=target_runtime, source_model=source_model)
 
 
 def _check_claims(source: onnx.ModelProto, produced: Path, spec: QuantizerSpec, values: Mapping[str, Any],
@@ -283,6 +287,9 @@ class QuantizeRun:
     check_data: Any = None
     force: bool = False
     target_runtime: str | None = None
+    #: the loaded source-framework model ``model`` was exported from (a ``torch.nn.Module``), handed to
+    #: the strategy as ``QuantizeContext.source_model`` (``qat`` trains it)
+    source_model: Any = None
 
 
 def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None, strategy_name: str,
@@ -358,7 +365,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         # gets a private copy in the scratch folder, so nothing ever lands beside the user's input.
         given = private_copy(source, work / "input")
         normalized, values = _normalize_copy(given, spec, values, warn)
-        context = QuantizeContext(calibration=feeds, workdir=work, warn=warn)
+        context = QuantizeContext(calibration=feeds, workdir=work, warn=warn, source_model=how.source_model)
         started = time.perf_counter()
         try:
             outcome = quantizer.quantize(given, produced, values, context)

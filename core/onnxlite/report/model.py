@@ -67,6 +67,8 @@ class Report:
     environment: dict[str, Any] = field(default_factory=dict)
     #: the export check, one row per output and feed set (ExportResult's verification rows)
     verification: list[dict[str, Any]] = field(default_factory=list)
+    #: extra (heading, inline SVG) charts for the HTML page (compare --per-node's bars); its data is in details
+    charts: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def baseline_index(self) -> int | None:
@@ -118,6 +120,7 @@ class Report:
             "verdict": self.verdict, "budgets": self.budgets, "metric_why": self.metric_why,
             "allowances": self.allowances, "details": self.details,
             "environment": self.environment, "verification": self.verification,
+            "charts": [{"heading": h, "svg": svg} for h, svg in self.charts],
         })
 
     @classmethod
@@ -128,7 +131,8 @@ class Report:
                    verdict=data.get("verdict") or "", budgets=dict(data.get("budgets") or {}),
                    metric_why=dict(data.get("metric_why") or {}), allowances=dict(data.get("allowances") or {}),
                    details=dict(data.get("details") or {}), environment=dict(data.get("environment") or {}),
-                   verification=list(data.get("verification") or []))
+                   verification=list(data.get("verification") or []),
+                   charts=[(c["heading"], c["svg"]) for c in data.get("charts") or []])
 
 
 def _p50(row: ModelRow) -> float | None:
