@@ -133,6 +133,12 @@ def test_a_local_sweep_keeps_finished_models_and_retries_failed_ones(tmp_path):
     models = {m["name"]: m for m in json.loads(again.stdout)["models"]}
     assert models["mm"]["kept"] and models["broken"]["status"] == "failed"
     assert "kept" in again.stderr and "mm" in (tmp_path / "out" / "summary.md").read_text()
+    # issue 25: every generated report page is well-formed XML, the sweep's summary page too
+    import xml.etree.ElementTree as ET
+
+    page = (tmp_path / "out" / "summary.html").read_text()
+    root = ET.fromstring(page.replace("<!DOCTYPE html>", "", 1))
+    assert "mm" in "".join(root.itertext())
 
 
 def test_missing_manifest_is_a_usage_error(tmp_path):
