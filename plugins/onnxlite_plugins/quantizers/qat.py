@@ -242,7 +242,7 @@ def register_quantizers():
                     "onnxruntime stores it, CPU, bounded steps), then static QDQ int8",
         factory=QatQuantizer,
         requires=("onnxruntime", "onnx", "torch"),
-        install="onnxlite[torch]",
+        install="onnxlite[cpu,torch]",
         options=OPTIONS,
         needs_calibration=True,
         applies_to=("conv",),
