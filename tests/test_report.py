@@ -44,6 +44,22 @@ def test_render_table_shows_every_measured_column():
         assert needle in text, needle
 
 
+def test_render_table_fits_80_columns_keeping_the_deciding_figures():
+    from rich.console import Console
+
+    wide = Console(record=True, width=260)
+    wide.print(render_table(sample_report(), width=260))
+    assert max(len(line) for line in wide.export_text().splitlines()) > 80   # the case needs narrowing at all
+    console = Console(record=True, width=80)
+    console.print(render_table(sample_report(), width=80))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    headers = [c.header for c in render_table(sample_report(), width=80).columns]
+    for kept in ("model", "status", "size", "p50 ms", "speedup", "size ratio", REPORT_PRIMARY):
+        assert kept in headers, kept
+    assert "p99 ms" not in headers and "left out to fit 80 columns: p99 ms" in " ".join(text.split())
+
+
 def test_table_leaves_out_figures_nobody_measured():
     report = Report("accuracy only", "compare", [ModelRow("a", "a.onnx", size_bytes=10, metrics={"m": 0.5})],
                     primary_metric="m")

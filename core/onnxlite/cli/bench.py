@@ -63,7 +63,7 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
         emit_json(payload)
     else:
         out = console()
-        out.print(render_table(report))
+        out.print(render_table(report, width=out.width))
         if written:
             out.print(f"Report: {written['html']} (and report.json, report.md)")
     failed = [r for r in result.rows if r.status == "failed"]

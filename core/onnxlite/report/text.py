@@ -116,16 +116,43 @@ def columns(report: Report) -> list[tuple[str, list[str]]]:
     return out
 
 
-def render_table(report: Report) -> Table:
-    """The rich table every measuring command prints."""
+#: the columns a narrow screen loses first, in order; model, status, size, p50, the ratios and the metrics stay
+DROP_ORDER = ("p99 ms", "ops", "load", "p90 ms", "mean ms", "throughput", "memory ratio", "peak RSS")
+
+
+def fit_columns(cols: list[tuple[str, list[str]]], width: int | None) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """The columns that fit ``width`` characters of rich's default box, and the headers left out.
+
+    Each column costs its widest cell plus two spaces of padding and a rule; the note column folds at 48.
+    Columns go in :data:`DROP_ORDER` until the table fits (the figures stay in ``--json`` and the report)."""
+    def cost(header: str, cells: list[str]) -> int:
+        widest = max([len(header)] + [len(c) for c in cells])
+        return min(widest, 48 if header == "note" else widest) + 3
+
+    kept = list(cols)
+    dropped: list[str] = []
+    for header in DROP_ORDER:
+        if width is None or 1 + sum(cost(h, c) for h, c in kept) <= width:
+            break
+        if any(h == header for h, _ in kept):
+            kept = [(h, c) for h, c in kept if h != header]
+            dropped.append(header)
+    return kept, dropped
+
+
+def render_table(report: Report, width: int | None = None) -> Table:
+    """The rich table every measuring command prints, narrowed to ``width`` columns when given."""
     from rich.table import Table
 
-    caption = None
+    cols, dropped = fit_columns(columns(report), width)
+    notes = []
     base = report.baseline_index
     if base is not None and len(report.rows) > 1:
-        caption = f"ratios against {report.rows[base].name}; speedup > 1 is faster"
+        notes.append(f"ratios against {report.rows[base].name}; speedup > 1 is faster")
+    if dropped:
+        notes.append(f"left out to fit {width} columns: {', '.join(dropped)} (--json and --report have them)")
+    caption = "; ".join(notes) or None
     table = Table(title=report.title, title_justify="left", caption=caption, caption_justify="left")
-    cols = columns(report)
     for header, _ in cols:
         numeric = header not in {"model", "status", "note"}
         table.add_column(header, justify="right" if numeric else "left",
