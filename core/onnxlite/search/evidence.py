@@ -52,35 +52,22 @@ def configure_judge(judge: Any, confidence: float, seed: int = 0) -> dict[str, A
     Returns a record with ``messages`` (one line per budget the data cannot resolve),
     ``rank_metric`` (the key that ranks candidates) and the parts' sizes.
     """
-    from ..evaluation.intervals import companion, resolution, split_parts
+    from ..evaluation.intervals import companion, split_parts
 
     samples = judge.samples
     extra = companion(judge.metrics, judge.primary) or add_companion(judge)
-    judge.extra_intervals = (extra,) if extra else ()
+    extras = (extra,) if extra else ()
     by_key = {m.key: m for m in judge.metrics}
-
-    def unresolvable(count: int) -> dict[str, Any]:
-        found = {}
-        for key, budget in judge.budgets.items():
-            metric = by_key[key]
-            res = resolution(metric, judge.reference_outputs[metric.output], judge.context(metric.output), budget,
-                             count, confidence)
-            if res is not None and not res.resolvable:
-                found[key] = res
-        return found
-
     parts = split_parts(samples, seed=seed) if samples >= MIN_SPLIT else None
-    unresolved = unresolvable(len(parts.confirm)) if parts else unresolvable(samples)
+    unresolved = judge.set_confidence(confidence, parts, extras)
     notes = []
     if parts is not None and unresolved:
         # Halving the samples cannot help a budget they cannot resolve: judge on all of them, and say that
         # the option grids are then chosen on the samples that also confirm.
         parts = None
-        unresolved = unresolvable(samples)
+        unresolved = judge.set_confidence(confidence, None, extras)
         notes.append(f"too few held-out samples to set a select part aside ({samples}); option grids and the "
                      "verdict share them")
-    judge.confidence = confidence
-    judge.parts = parts
     confirm = len(parts.confirm) if parts else samples
     where = "confirm samples" if parts else "held-out samples"
     messages = []
@@ -96,7 +83,6 @@ def configure_judge(judge: Any, confidence: float, seed: int = 0) -> dict[str, A
             + f"; {key} is held to its measured drop and candidates are ranked by {ranking}")
     allowances = budget_allowances(judge, by_key, confirm, confidence, unresolved)
     messages += [a["text"] for a in allowances.values()]
-    judge.estimate_only = tuple(unresolved)
     rank = judge.primary if judge.primary not in unresolved else (extra or judge.primary)
     return {"confidence": confidence, "parts": parts.to_dict() if parts else {"confirm": samples},
             "unresolved": {k: v.to_dict() for k, v in unresolved.items()}, "rank_metric": rank,
