@@ -12,10 +12,10 @@ from typing import Any
 from .errors import OnnxliteError, UsageError
 from .hookspecs import hookimpl
 from .protocols import QuantizeContext, QuantizeOutcome
-from .specs import FrameworkSpec, MetricSpec, Option, ProviderSpec, QuantizerSpec
+from .specs import FrameworkSpec, MetricSpec, Option, PerNodeSchemes, ProviderSpec, QuantizerSpec
 
 __all__ = [
-    "FrameworkSpec", "MetricSpec", "OnnxliteError", "Option", "ProviderSpec", "QuantizeContext",
+    "FrameworkSpec", "MetricSpec", "OnnxliteError", "Option", "PerNodeSchemes", "ProviderSpec", "QuantizeContext",
     "QuantizeOutcome", "QuantizerSpec", "UsageError", "__version__", "bench", "compare", "export",
     "get_registry", "hookimpl", "lighten", "quantize",
 ]
