@@ -257,6 +257,7 @@ def test_saturation_free_variants_give_the_exact_integer_result(tmp_path):
 
 @pytest.mark.unit
 def test_the_recipe_records_the_isa_and_a_replay_on_another_isa_warns(tmp_path, monkeypatch):
+    from onnxlite.search.config import LightenConfig
     from onnxlite.search.recipes import Recipe, read_recipe, replay
 
     amx = hardware.declared("amx")
@@ -267,7 +268,7 @@ def test_the_recipe_records_the_isa_and_a_replay_on_another_isa_warns(tmp_path, 
 
     def notes(recipe) -> list[str]:
         said: list[str] = []
-        replay(recipe, {}, lambda kind, info: said.append(info["message"]))
+        replay(recipe, LightenConfig(), lambda kind, info: said.append(info["message"]))
         return said
 
     as_detected(monkeypatch, "avx2")

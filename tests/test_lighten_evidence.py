@@ -8,7 +8,8 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxlite
-from onnxlite.search.evidence import fallback_base, select_on_grids
+from onnxlite.search.fallback_rule import fallback_base
+from onnxlite.search.grids import select_on_grids
 from onnxlite.search.results import CandidateRow
 
 from conftest import save_graph

@@ -109,6 +109,34 @@ def test_recipe_round_trips_every_field(tmp_path):
     assert back == Recipe(**{**recipe.__dict__, "options": {"method": "MinMax", "op_types": ["MatMul", "Gemm"]}})
 
 
+@pytest.mark.unit
+def test_a_config_goes_through_recipe_toml_and_a_replay_fills_in_only_what_was_left_out(tmp_path):
+    """Issue 26: recipe.toml records a LightenConfig's replay fields; a replay updates a config with
+    dataclasses.replace, by field name, and a field the user gave wins over the recipe."""
+    from dataclasses import replace
+
+    from onnxlite.runtime import SessionSettings
+    from onnxlite.search.config import LightenConfig
+    from onnxlite.search.recipes import Recipe, read_recipe, record, replay
+
+    data = tmp_path / "val.npz"
+    np.savez(data, x=np.zeros((4, 3), np.float32))
+    made = LightenConfig(data=str(data), data_options={"size": 32}, model_class="pkg.Net", batch=8,
+                         framework_options=["opset=17"], settings=SessionSettings(threads=3))
+    path = tmp_path / "recipe.toml"
+    path.write_text(Recipe(strategy="dynamic", budgets={"y.cosine": 0.02}, metric="y.cosine", objective="size",
+                           framework="pytorch", **record(made)).to_toml())
+    recipe = read_recipe(path)
+
+    bare = replay(recipe, LightenConfig(settings=SessionSettings()))
+    assert bare == replace(bare, data=str(data.resolve()), data_options={"size": 32}, model_class="pkg.Net",
+                           batch=8, framework="pytorch", framework_options={"opset": "17"}, metric=["y.cosine"],
+                           max_drop={"y.cosine": 0.02}, objective="size")
+    assert bare.settings is not None and bare.settings.threads == 3
+    given = replay(recipe, LightenConfig(batch=2, objective="latency", max_drop="5%", settings=SessionSettings()))
+    assert (given.batch, given.objective, given.max_drop) == (2, "latency", "5%")
+
+
 def test_the_recipe_records_only_options_that_acted_on_the_model(tmp_path):
     """Issue 25 §2: an op type the graph has no node of (Gather on a MatMul/Gemm head) did nothing, so the
     recipe lighten writes does not record them; the model it replays quantizes the same nodes."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from onnxlite.search.evidence import fallback_base
+from onnxlite.search.fallback_rule import fallback_base
 from onnxlite.search.partial import fallback_bases
 from onnxlite.search.quick import QuickTimes, fast_enough, time_quickly
 from onnxlite.search.results import CandidateRow

@@ -150,14 +150,14 @@ def test_a_verdict_on_a_speed_tie_says_what_the_tie_rule_saw():
     """1.25x faster within a 25% noise margin: the message must not say "not measurably faster" beside "1.25x
     faster" without the margin that made it so."""
     from onnxlite.search.choose import latency_margin
-    from onnxlite.search.results import CandidateRow, _why_won
+    from onnxlite.search.results import CandidateRow, why_won
 
     base = CandidateRow("fp32", "fp32", {}, size_bytes=315, latency_ms={"p50": 10.0, "p90": 13.0})
     small = CandidateRow("int8", "dynamic", {}, size_bytes=100, latency_ms={"p50": 8.0, "p90": 10.0})
     assert latency_margin(small) == pytest.approx(0.25)
-    assert _why_won(small, base, "size") == "smallest within budget: 3.15x smaller and 1.25x faster than fp32"
+    assert why_won(small, base, "size") == "smallest within budget: 3.15x smaller and 1.25x faster than fp32"
     fast = CandidateRow("fp16", "fp16", {}, size_bytes=200, latency_ms={"p50": 7.9, "p90": 8.0})
-    assert _why_won(small, base, "latency", fast).startswith("within the latency tie margin of the fastest (fp16)")
+    assert why_won(small, base, "latency", fast).startswith("within the latency tie margin of the fastest (fp16)")
 
 
 # -- one set of source flags --------------------------------------------------------------------------------

@@ -12,11 +12,11 @@ from typing import Any
 from .errors import OnnxliteError, UsageError
 from .hookspecs import hookimpl
 from .protocols import QuantizeContext, QuantizeOutcome
-from .specs import FrameworkSpec, MetricSpec, Option, ProviderSpec, QuantizerSpec
+from .specs import FrameworkSpec, MetricSpec, Option, PerNodeSchemes, ProviderSpec, QuantizerSpec
 
 __all__ = [
-    "FrameworkSpec", "MetricSpec", "OnnxliteError", "Option", "ProviderSpec", "QuantizeContext",
-    "QuantizeOutcome", "QuantizerSpec", "UsageError", "__version__", "bench", "compare", "export",
+    "FrameworkSpec", "LightenConfig", "MetricSpec", "OnnxliteError", "Option", "PerNodeSchemes", "ProviderSpec",
+    "QuantizeContext", "QuantizeOutcome", "QuantizerSpec", "UsageError", "__version__", "bench", "compare", "export",
     "get_registry", "hookimpl", "lighten", "quantize",
 ]
 
@@ -28,6 +28,7 @@ _LAZY = {
     "compare": ("evaluation.compare", "compare"),
     "bench": ("benchmark.bench", "bench"),
     "lighten": ("search.lighten", "lighten"),
+    "LightenConfig": ("search.config", "LightenConfig"),
     "sweep": ("sweeps.run", "sweep"),
 }
 

@@ -164,6 +164,20 @@ class FrameworkSpec(Spec):
 
 
 @dataclass(frozen=True)
+class PerNodeSchemes:
+    """How a strategy takes a scheme per node, so that ``lighten``'s mixed-precision stage can build its plan.
+
+    ``assign`` names the strategy's ``multiple=True`` option of ``NODE=SCHEME`` items and ``default`` the option
+    giving every other node's scheme (schemes as in :mod:`onnxlite.mixed_plan`); ``composes`` names the
+    strategies it delegates to, each of which must be available for the stage to run.
+    """
+
+    assign: str
+    default: str
+    composes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class QuantizerSpec(Spec):
     """A lightweighting strategy.  The factory returns a :class:`~onnxlite.protocols.Quantizer`.
 
@@ -201,6 +215,8 @@ class QuantizerSpec(Spec):
     part in ``lighten``'s partial fallback (which keeps the worst nodes in float through it); the host checks
     that every pattern given there matches a node, and compares what the written model keeps in float with
     it.  None: the strategy cannot keep chosen nodes in float.
+    ``per_node``: how it takes a scheme per node (:class:`PerNodeSchemes`); declaring it makes the strategy the
+    one ``lighten``'s mixed-precision stage plans for (``mixed`` in the built-ins).  None: one scheme throughout.
     """
 
     kind: ClassVar[str] = "quantizer"
@@ -216,13 +232,18 @@ class QuantizerSpec(Spec):
     isa_grid: tuple[Mapping[str, Any], ...] = ()
     saturation_free: Callable[[Mapping[str, Any]], bool] | None = None
     exclude_option: str | None = None
+    per_node: PerNodeSchemes | None = None
 
     def __post_init__(self) -> None:
-        if self.exclude_option is not None:
-            option = self.option(self.exclude_option)
-            if option is None or not option.multiple:
-                raise ValueError(f"quantizer {self.name!r}: exclude_option={self.exclude_option!r} must name one of "
+        for field_name, name in (("exclude_option", self.exclude_option),
+                                 ("per_node.assign", self.per_node.assign if self.per_node else None)):
+            option = self.option(name) if name is not None else None
+            if name is not None and (option is None or not option.multiple):
+                raise ValueError(f"quantizer {self.name!r}: {field_name}={name!r} must name one of "
                                  "its options declared with multiple=True")
+        if self.per_node is not None and self.option(self.per_node.default) is None:
+            raise ValueError(f"quantizer {self.name!r}: per_node.default={self.per_node.default!r} must name one of "
+                             "its options")
 
 
 @dataclass(frozen=True)

@@ -82,9 +82,9 @@ class BenchResult:
         return self.to_report().ratios()
 
     def to_dict(self, latencies: bool = True) -> dict[str, Any]:
-        from ..report.model import _jsonable
+        from ..report.model import jsonable
 
-        return _jsonable({
+        return jsonable({
             "batch": self.batch,
             "seq_len": self.seq_len,
             "settings": self.settings,

@@ -74,7 +74,8 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
     and writes the winner to OUTDIR/model.onnx with recipe.toml and a report.
     Exits 1 when nothing qualifies (the report is still written).
     """
-    from ..search.lighten import lighten as run_lighten
+    from ..search.config import LightenConfig
+    from ..search.lighten import run as run_lighten
     from .common import console, option_pairs
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
@@ -82,19 +83,20 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
 
     parse_duration(time_budget)   # a bad duration is a usage error before any work
     progress = _Progress(console(stderr=True), as_json)
+    config = LightenConfig(
+        framework=framework, inputs=list(inputs) or None, model_class=model_class,
+        max_drop=list(max_drop) or None, metric=list(metrics) or None, data=data,
+        data_options=option_pairs(data_options, "--data-option"),
+        calibration=calibration,
+        calibration_options=option_pairs(calibration_options, "--calibration-option"),
+        settings=settings,
+        strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
+        recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
+        partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
+        confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime,
+        target_cpu=target_cpu, cache_dir=cache_dir, cache=not no_cache, time_budget=time_budget)
     with progress:
-        result = run_lighten(
-            source, output_dir, framework=framework, inputs=list(inputs) or None, model_class=model_class,
-            max_drop=list(max_drop) or None, metric=list(metrics) or None, data=data,
-            data_options=option_pairs(data_options, "--data-option"),
-            calibration=calibration,
-            calibration_options=option_pairs(calibration_options, "--calibration-option"),
-            settings=settings,
-            strategies=[s.strip() for s in strategies.split(",") if s.strip()] if strategies else None,
-            recipe=recipe, objective=objective, force=force, batch=batch, runs=runs, workers=workers,
-            partial=not no_partial, on_event=progress.event, executor=executor_from(executor),
-            confidence=confidence, framework_options=list(framework_options) or None, target_runtime=target_runtime,
-            target_cpu=target_cpu, cache_dir=cache_dir, cache=not no_cache, time_budget=time_budget)
+        result = run_lighten(source, output_dir, config)
     if as_json:
         from .common import emit_json
 

@@ -251,19 +251,7 @@ def _set_confidence(judge: Judge, confidence: float | None) -> tuple[dict[str, A
     interval.  A budget on a rate metric that the samples cannot resolve is held to its measured drop, and said."""
     if confidence is None:
         return {}, []
-    from .intervals import resolution
-
-    judge.confidence = confidence
-    judge.extra_intervals = tuple(m.key for m in judge.metrics)
-    by_key = {m.key: m for m in judge.metrics}
-    unresolved = {}
-    for key, budget in judge.budgets.items():
-        metric = by_key[key]
-        found = resolution(metric, judge.reference_outputs[metric.output], judge.context(metric.output), budget,
-                           judge.samples, confidence)
-        if found is not None and not found.resolvable:
-            unresolved[key] = found
-    judge.estimate_only = tuple(unresolved)
+    unresolved = judge.set_confidence(confidence, extra_intervals=[m.key for m in judge.metrics])
     notes = [f"{judge.samples} samples cannot resolve the {key} budget ({judge.budgets[key]:.3g}) at "
              f"{confidence:.0%} confidence: {found.reason}; {key} is held to its measured drop"
              for key, found in unresolved.items()]

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from ..inputs import InputSpec
     from ..runtime import SessionSettings
+    from ..stats import Resolution
 
 Progress = Callable[[str], None]
 
@@ -141,9 +142,7 @@ def _split_batches(feeds: Mapping[str, np.ndarray], batch_size: int,
 
 def output_axes(outputs: Mapping[str, np.ndarray], rows: int) -> dict[str, int | None]:
     """Outputs whose sample axis is not 0, found on one batch of ``rows`` samples (a state [2, rows, 128]: 1).
-
-    Axis 0 is kept whenever it matches, so batch-first outputs never move.
-    """
+    Axis 0 is kept whenever it matches, so batch-first outputs never move."""
     found: dict[str, int | None] = {}
     for name, array in outputs.items():
         shape = getattr(array, "shape", ())
@@ -283,6 +282,25 @@ class Judge:
         from ..data.dataset import take_rows
 
         return take_rows(self.feeds, 0, count, self.batch_axes)
+
+    def set_confidence(self, confidence: float, parts: Any = None,
+                       extra_intervals: Sequence[str] = ()) -> dict[str, Resolution]:
+        """Judge at one-sided ``confidence`` on ``parts`` (select/confirm; None: all confirm), intervals for
+        ``extra_intervals`` too (``compare`` and ``lighten`` both call it).  Returns the budgets the confirming
+        samples cannot resolve, by key: held to their measured drop (``estimate_only``)."""
+        from .intervals import resolution
+
+        count = len(parts.confirm) if parts is not None else self.samples
+        by_key, unresolved = {m.key: m for m in self.metrics}, {}
+        for key, budget in self.budgets.items():
+            metric = by_key[key]
+            found = resolution(metric, self.reference_outputs[metric.output], self.context(metric.output), budget,
+                               count, confidence)
+            if found is not None and not found.resolvable:
+                unresolved[key] = found
+        self.confidence, self.parts, self.extra_intervals = confidence, parts, tuple(extra_intervals)
+        self.estimate_only = tuple(unresolved)
+        return unresolved
 
     def context(self, output: str) -> MetricContext:
         return MetricContext(output=output, feeds=self.feeds, labels=self.labels,

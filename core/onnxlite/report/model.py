@@ -35,7 +35,7 @@ class ModelRow(Figures):
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(row_dict(self))
+        return jsonable(row_dict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelRow:
@@ -59,7 +59,7 @@ class Report:
     #: why each default metric judges its output (evaluation.metrics.KIND_RULES), by metric key
     metric_why: dict[str, str] = field(default_factory=dict)
     #: per budgeted rate metric: how many changed answers its budget allows on the judging samples
-    #: (``allowed``, ``samples``, ``by``: the confidence bound or the measured drop; search.evidence)
+    #: (``allowed``, ``samples``, ``by``: the confidence bound or the measured drop; search.confidence)
     allowances: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: per row name: drops, their intervals, what was quantized and what stayed float, why it won or lost
     details: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -108,7 +108,7 @@ class Report:
         from .. import __version__
 
         base = self.baseline_index
-        return _jsonable({
+        return jsonable({
             "title": self.title,
             "kind": self.kind,
             "onnxlite": __version__,
@@ -145,12 +145,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return float(a) / float(b)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Plain JSON types; NaN/inf become None so the file stays valid JSON."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):

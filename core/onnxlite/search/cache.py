@@ -48,7 +48,7 @@ def isa_name() -> str:
     features (which, unlike /proc/cpuinfo, is right under an emulated CPU too).
     """
     try:
-        from .. import hardware  # type: ignore[attr-defined]
+        from .. import hardware
 
         probe = getattr(hardware, "detect", None) or getattr(hardware, "this_machine", None)
         if probe is not None:
@@ -60,7 +60,7 @@ def isa_name() -> str:
         pass
     machine = platform.machine().lower()
     try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features  # type: ignore[import-not-found]
+        from numpy._core._multiarray_umath import __cpu_features__ as features
     except ImportError:
         return machine
     for flag in ("AVX512VNNI", "AVXVNNI", "AVX2", "ASIMDDP"):

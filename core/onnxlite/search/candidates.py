@@ -71,7 +71,8 @@ def with_keep_float(candidate: Candidate, spec: Any, nodes: Sequence[str]) -> Ca
 def _plugin_skip_reason(spec: Any, model: Any) -> str | None:
     """The plugin's own word on whether it has anything to do; a broken check only costs a candidate."""
     try:
-        return spec.skip_reason(model)
+        reason: str | None = spec.skip_reason(model)
+        return reason
     except Exception:  # noqa: BLE001 - a third party's check must not stop the search
         return None
 
@@ -99,7 +100,8 @@ def candidate_format(spec: Any, options: Mapping[str, Any]) -> str | None:
     if callable(declared):
         defaults = {o.name: o.default for o in spec.options}
         try:
-            return declared(defaults | dict(options))
+            found: str | None = declared(defaults | dict(options))
+            return found
         except Exception:  # noqa: BLE001 - a third party's guess must not stop the search
             return None
     return declared

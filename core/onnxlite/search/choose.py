@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .results import CandidateRow
@@ -43,7 +43,7 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
     best = min(eligible, key=lambda r: r.p50)
     margin = latency_margin(best)
     decided = deciding_objective(rows, objective, baseline_p50)
-    if objective == "latency" and decided == "size":
+    if objective == "latency" and decided == "size" and baseline_p50:   # "size" under latency needs a baseline
         # Speed cannot decide, but it still vetoes: a model clearly slower than fp32 (fp16 on a CPU, at
         # 0.63x on EfficientNet-Lite0) is not the answer to "fastest within budget" because it is smaller.
         not_slower = [r for r in eligible if r.p50 <= baseline_p50 * (1 + max(margin, SLOWER_VETO))]
@@ -66,7 +66,8 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
     return _on_accuracy(tied, primary, drop, lambda r: (r.size_bytes or 0, r.p50))
 
 
-def _on_accuracy(tied: Sequence[CandidateRow], key: str | None, drop, then) -> CandidateRow:
+def _on_accuracy(tied: Sequence[CandidateRow], key: str | None, drop: Callable[[CandidateRow], float],
+                 then: Callable[[CandidateRow], tuple[Any, ...]]) -> CandidateRow:
     """Among candidates tied on speed and size: those whose drop intervals overlap the best one's are tied on
     accuracy too, and then the one whose quality does not depend on calibration data wins; then the smaller drop."""
     from ..stats import Interval

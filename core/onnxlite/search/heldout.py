@@ -8,22 +8,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import UsageError
 
-if TYPE_CHECKING:
-    pass
 
+@dataclass(frozen=True)
+class DataSets:
+    """The run's calibration samples and held-out samples, and how they were come by, in words."""
 
-@dataclass
-class _Data:
     calibration: Any          # Dataset, a path, or None
     held_out: Any             # Dataset or None (generated samples)
     description: str
 
 
-def _hf_tokenizer_default(source: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+def hf_tokenizer_default(source: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
     """Text data for a transformers folder needs no tokenizer option: the folder has one."""
     options = dict(options or {})
     folder = Path(source)
@@ -32,25 +31,25 @@ def _hf_tokenizer_default(source: str, options: Mapping[str, Any] | None) -> dic
     return options
 
 
-def _split_data(data: Any, calibration: Any, specs: Sequence[Any], data_options: Mapping[str, Any],
-                calibration_options: Mapping[str, Any], split: float) -> _Data:
+def split_data(data: Any, calibration: Any, specs: Sequence[Any], data_options: Mapping[str, Any],
+                calibration_options: Mapping[str, Any], split: float) -> DataSets:
     from ..data import load_data
 
     if data is not None and calibration is not None:
         held = load_data(data, specs, data_options)
-        return _Data(load_data(calibration, specs, calibration_options), held,
+        return DataSets(load_data(calibration, specs, calibration_options), held,
                      f"judged on {len(held)} samples of {data}; calibrated on {calibration}")
     if data is None and calibration is None:
-        return _Data(None, None, "judged on generated samples (pass --data for real ones); no calibration data")
+        return DataSets(None, None, "judged on generated samples (pass --data for real ones); no calibration data")
     path, options = (data, data_options) if data is not None else (calibration, calibration_options)
     dataset = load_data(path, specs, options)
     if len(dataset) < 2:
         raise UsageError(f"{path}: needs at least 2 samples to split into calibration and held-out parts")
     calib, held = dataset.split(split)
-    return _Data(calib, held, f"{path}: {len(calib)} samples calibrate, the other {len(held)} judge (held out)")
+    return DataSets(calib, held, f"{path}: {len(calib)} samples calibrate, the other {len(held)} judge (held out)")
 
 
-def _write_calibration(dataset: Any, target: Path) -> Path:
+def write_calibration(dataset: Any, target: Path) -> Path:
     import numpy as np
 
     arrays = dict(dataset.arrays)
@@ -70,7 +69,8 @@ def generated_calibration(specs: Sequence[Any], target: Path, seq: int) -> Path:
 
     from ..inputs import make_feeds
 
-    np.savez(target, **make_feeds(specs, batch=GENERATED_CALIBRATION, seq=seq, seed=GENERATED_SEED, pad=True))
+    feeds = make_feeds(specs, batch=GENERATED_CALIBRATION, seq=seq, seed=GENERATED_SEED, pad=True)
+    np.savez(target, **feeds)  # type: ignore[arg-type]  # numpy's stub: '**' read as allow_pickle
     return target
 
 

@@ -10,6 +10,11 @@
 6. pick: fastest within budget (ties by size), or smallest with ``objective="size"``;
    when nothing fits, keep the worst nodes in float step by step (partial quantization).
 
+Each stage is a function that takes what it needs and returns a frozen record (docs/architecture.md, "The
+typed search"): :mod:`onnxlite.search.setup` (inputs, reference, judge), :mod:`onnxlite.search.grids`,
+:mod:`onnxlite.search.quick`, :mod:`onnxlite.mixed_stage`, :mod:`onnxlite.search.partial` and
+:mod:`onnxlite.search.outdir`; :class:`_Search` holds only the rows they add to and the records they return.
+
 Everything is built in a scratch folder beside OUTDIR, which appears (or is
 replaced, with ``force``) only at the end: an interrupted run leaves OUTDIR as it was.
 """
@@ -19,51 +24,40 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import hardware, placement, runtime_compat
 from ..errors import UsageError
-from ..figures import MEASURED, copy_figures, figures_of
-from ..normalize import normalize_file
+from ..figures import MEASURED, copy_figures
 from ..report.text import size_change, speed_change
-from ..stats import DEFAULT_CONFIDENCE
 from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
-from .heldout import _hf_tokenizer_default, _split_data, _write_calibration, export_samples
+from .config import DEFAULT_MAX_DROP, LightenConfig
 from .outdir import publish
-from .quick import quick_times
-from .recipes import recipe_candidate, record
-from .results import CandidateRow, LightenResult, _ratio, _speed, _why_won
-from .stopping import account, interrupted, later_stages
+from .recipes import Recipe, effective_options, recipe_candidate, record
+from .results import CandidateRow, LightenResult, ratio_text, speed_text, why_won
+from .stopping import LaterStages, account, interrupted, later_stages
 
 if TYPE_CHECKING:
-    from ..runtime import SessionSettings
     from .candidates import Candidate, Skipped
+    from .context import SearchContext
+    from .quick import QuickTimes
+    from .setup import Env, Inputs, Reference
+    from .trials import TrialContext
 
-Event = Callable[[str, Mapping[str, Any]], None]
-
-#: the accuracy budget when neither the caller nor a recipe gives one
-DEFAULT_MAX_DROP = "1%"
-GENERATED_SAMPLES = 128   # held-out samples generated when the user gives no data
+__all__ = ["DEFAULT_MAX_DROP", "LightenConfig", "lighten"]
 
 
 # -- the search ---------------------------------------------------------------------------------------------
 
 def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None, *,
-            framework: str = "auto", inputs: Sequence[Any] | None = None, model_class: str | None = None,
-            opset: int | None = None, exporter: str | None = None, max_drop: Any = None,
-            metric: Sequence[str] | str | None = None, data: Any = None, data_options: Mapping[str, Any] | None = None,
-            calibration: Any = None, calibration_options: Mapping[str, Any] | None = None,
-            settings: SessionSettings | None = None, strategies: Sequence[str] | None = None,
-            recipe: str | os.PathLike[str] | None = None, objective: str | None = None, force: bool = False,
-            batch: int | None = None, runs: int = 20, workers: int | None = None, partial: bool = True,
-            max_float_nodes: int | None = None, split: float = 0.4, on_event: Event | None = None,
-            executor: Any = "local", ray_address: str | None = None, bench_on: str | None = None,
-            confidence: float = DEFAULT_CONFIDENCE, framework_options: Any = None,
-            target_runtime: str | None = None, cache_dir: str | os.PathLike[str] | None = None, cache: bool = True,
-            time_budget: str | float | None = None, target_cpu: str | None = None) -> LightenResult:
+            config: LightenConfig | None = None, **options: Any) -> LightenResult:
     """Search the strategies for the lightest model within ``max_drop`` of the source's accuracy.
+
+    The settings are a :class:`~onnxlite.search.config.LightenConfig`: ``config``, with any of its fields
+    given as keywords on top (``lighten(model, data="x.npz", max_drop="1%")`` needs no config at all).
 
     ``max_drop`` is the budget on the primary metric (``"1%"``, ``0.01``, or
     ``METRIC=VALUE`` items, as for ``compare``; default 1%, or the recipe's); ``metric`` names the metric(s)
@@ -72,7 +66,7 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     :func:`onnxlite.data.load_data` reads); given only one, it is split
     (``split`` of it calibrates, the rest judges).  A candidate passes when its drop
     stays within the budget at the one-sided ``confidence`` (see
-    :mod:`onnxlite.search.evidence`).  ``recipe`` reproduces a
+    :mod:`onnxlite.search.confidence`).  ``recipe`` reproduces a
     ``recipe.toml`` without searching.  Returns a :class:`LightenResult`;
     OUTDIR gets ``model.onnx``, ``recipe.toml`` and ``report.html/json/md``.
     ``executor`` runs the candidates and the benchmark: ``"local"`` (a process pool here), ``"ray"``
@@ -81,184 +75,129 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     ``cache_dir`` (default :func:`~onnxlite.search.cache.default_cache_dir`) unless ``cache`` is False;
     ``time_budget`` (``"5m"`` or seconds) stops starting new work when spent (:mod:`onnxlite.search.trials`).
     ``target_cpu``: the kind of CPU the model will run on, when not this one (``"avx2"``, ``"arm64"``...:
-    :mod:`onnxlite.hardware`).
+    :mod:`onnxlite.hardware`).  ``strategies`` limits the search to those names; ``objective`` is
+    ``"latency"`` (default) or ``"size"``; ``partial`` allows the fallback, keeping at most
+    ``max_float_nodes`` in float; ``batch`` and ``runs`` size the benchmark, ``workers`` the candidates
+    quantized at once; ``on_event(kind, info)`` hears progress; ``force`` replaces an existing OUTDIR.
     """
-    from ..atomic import scratch_dir
+    return run(source, output_dir, LightenConfig.build(config, **options))
+
+
+def _checked(config: LightenConfig, emit: Any) -> tuple[LightenConfig, Recipe | None]:
+    """``config`` with the recipe's settings filled in and the defaults resolved, its budget and objective
+    checked before any work."""
     from ..evaluation.metrics import check_budget_values
+    from ..runtime import SessionSettings
+
+    config = replace(config, settings=config.settings or SessionSettings())
+    chosen = None
+    if config.recipe is not None:
+        from .recipes import read_recipe, replay
+
+        chosen = read_recipe(config.recipe)
+        config = replay(chosen, config, emit)
+    max_drop = DEFAULT_MAX_DROP if config.max_drop is None else config.max_drop
+    check_budget_values(max_drop)
+    objective = config.objective or "latency"
+    if objective not in {"latency", "size"}:
+        raise UsageError(f"--objective: expected latency or size, got {objective!r}")
+    return replace(config, max_drop=max_drop, objective=objective), chosen
+
+
+def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None,
+        config: LightenConfig) -> LightenResult:
+    """:func:`lighten` on one :class:`LightenConfig`: the stages in order (docs/architecture.md)."""
+    from ..atomic import scratch_dir
     from ..executors import get_executor
-    from ..runtime import SessionSettings, resolve_providers
+    from ..runtime import resolve_providers
+    from .setup import Env, export_reference, load_inputs
     from .trials import TimeBudget, make_context, parse_duration
 
     started = time.perf_counter()
-    budget = TimeBudget(parse_duration(time_budget))   # validated before any work
-    emit = on_event or (lambda _kind, _info: None)
-    settings = settings or SessionSettings()
-    if not 0 < split < 1:
-        raise UsageError(f"split: expected a fraction between 0 and 1, got {split}")
-    if not 0 < confidence < 1:
-        raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {confidence}")
+    budget = TimeBudget(parse_duration(config.time_budget))   # validated before any work
+    emit = config.on_event or (lambda _kind, _info: None)
+    if not 0 < config.split < 1:
+        raise UsageError(f"split: expected a fraction between 0 and 1, got {config.split}")
+    if not 0 < config.confidence < 1:
+        raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {config.confidence}")
     source = os.fspath(source)
     out = Path(output_dir if output_dir is not None else f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
-    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not config.force and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
-    chosen = None
-    if recipe is not None:
-        from .recipes import read_recipe, replay
-
-        chosen = read_recipe(recipe)
-        given = replay(chosen, dict(framework=framework, inputs=inputs, model_class=model_class, data=data,
-                                    framework_options=framework_options, data_options=data_options,
-                                    calibration=calibration, calibration_options=calibration_options,
-                                    settings=settings, batch=batch), emit)
-        (framework, inputs, model_class, data, framework_options, data_options, calibration, calibration_options,
-         settings, batch) = given.values()
-        if metric is None and chosen.metric:
-            # Every budgeted metric must be computed again, the primary first.
-            metric = [chosen.metric, *(k for k in chosen.budgets if k != chosen.metric)]
-        if max_drop is None:
-            max_drop = dict(chosen.budgets) if chosen.budgets else chosen.max_drop
-        objective = chosen.objective if objective is None else objective
-    max_drop = DEFAULT_MAX_DROP if max_drop is None else max_drop
-    check_budget_values(max_drop)
-    objective = objective or "latency"
-    if objective not in {"latency", "size"}:
-        raise UsageError(f"--objective: expected latency or size, got {objective!r}")
-    metrics = [metric] if isinstance(metric, str) else (list(metric) if metric else None)
+    config, chosen = _checked(config, emit)
+    settings = config.settings
+    assert settings is not None   # _checked fills it in
     resolve_providers(settings)  # an unavailable provider fails before any work
     from .candidates import check_strategy_names
-    check_strategy_names(strategies)  # so does a misspelt --strategies name (not after the export)
-    isa = hardware.judged_on(settings.provider, target_cpu)   # and an unknown --target-cpu
-    runner = get_executor(executor, ray_address=ray_address, bench_on=bench_on)
+    check_strategy_names(config.strategies)  # so does a misspelt --strategies name (not after the export)
+    isa = hardware.judged_on(settings.provider, config.target_cpu)   # and an unknown --target-cpu
+    runner = get_executor(config.executor, ray_address=config.ray_address, bench_on=config.bench_on)
     with scratch_dir(out) as work, contextlib.closing(runner):
-        state = _Search(source, work, settings, emit, runner, isa)
-        state.confidence, state.target = confidence, runtime_compat.target_or_none(target_runtime)
-        state.load(framework, inputs, model_class, framework_options)
-        state.record = record(model_class=model_class, framework_options=framework_options, data=data,
-                              data_options=data_options, calibration=calibration,
-                              calibration_options=calibration_options, threads=settings.threads, batch=batch)
-        state.prepare_data(data, calibration, data_options, calibration_options, split)
-        state.run_reference()
-        state.export(opset, exporter, metrics, max_drop)
-        state.trials = make_context(runner, emit, state.fp32, state.calibration_file, settings.to_dict(), cache_dir,
-                                    cache and chosen is None, budget)
+        env = Env(source, work, settings, emit, runner, isa, runtime_compat.target_or_none(config.target_runtime),
+                  config)
+        inputs = load_inputs(env)
+        ref = export_reference(env, inputs)
+        cache_dir = Path(config.cache_dir) if config.cache_dir is not None else None
+        trials = make_context(runner, emit, ref.fp32, inputs.calibration_file, settings.to_dict(), cache_dir,
+                              config.cache and chosen is None, budget)
+        search = _Search(env, inputs, ref, trials)
         if chosen is not None:
-            state.from_recipe(chosen)
+            search.candidates = [recipe_candidate(chosen, inputs.calibration_for)]
         else:
-            state.build(strategies)
-        with interrupted(state, out):   # Ctrl-C: OUTDIR untouched, the best so far kept beside it
-            state.run_candidates(workers)
+            search.build()
+        with interrupted(search, out):   # Ctrl-C: OUTDIR untouched, the best so far kept beside it
+            search.run_candidates(config.workers)
             if chosen is None:
-                state.select_grids()
-                quick_times(state, objective)   # speed measured early: the repairs' bases are fast here
-            later_stages(state, workers, strategies, partial, max_float_nodes, chosen is None)
-            state.benchmark(batch, runs)
-        result = state.finish(objective, out, chosen)
-        account(state, result)
+                from .grids import select_on_grids
+                from .quick import quick_times
+
+                search.grids = select_on_grids(search.rows, ref.setup.rank_metric)
+                search.quick = quick_times(search.ctx, search.rows)   # speed measured early: fast bases here
+            search.later = later_stages(search.ctx, search.rows, search.quick, config, chosen is None)
+            search.benchmark(config.batch, config.runs)
+        result = search.finish(out, chosen)
+        account(trials, search.later.skipped, result, emit)
         result.seconds = round(time.perf_counter() - started, 1)
-        publish(state, result, out)
+        publish(result, out, work, search.recipe(result), source, env.target, isa)
     emit("done", {"message": result.message})
     return result
 
 
 class _Search:
-    """The state of one ``lighten`` run, step by step."""
+    """One ``lighten`` run after the export: the rows its stages add to, and the records they return."""
 
-    def __init__(self, source: str, work: Path, settings: SessionSettings, emit: Event, executor: Any,
-                 isa: hardware.JudgedOn):
-        self.source, self.work, self.settings, self.emit = source, work, settings, emit
-        self.executor, self.isa = executor, isa   # where tasks run (onnxlite.executors); the CPU they judge on
+    def __init__(self, env: Env, inputs: Inputs, ref: Reference, trials: TrialContext):
+        from .context import SearchContext
+
+        self.env, self.inputs, self.ref, self.trials = env, inputs, ref, trials
+        self.settings, self.emit, self.judge = env.settings, env.emit, ref.judge
+        self.baseline = ref.baseline
         self.rows: list[CandidateRow] = []
         self.skipped: list[Skipped] = []
         self.candidates: list[Candidate] = []
-        self.partial: dict[str, Any] | None = None
-        self.notes: list[str] = [isa.note()]   # the verdict names the ISA it was judged and timed on
-
-    # 1. the source, loaded once: it serves the export and the judge (a file.py runs once)
-    def load(self, framework, inputs, model_class, framework_options=None) -> None:
-        from ..conversion.export import load_for_export
-
-        self.emit("step", {"message": f"Loading {self.source}"})
-        self.loaded = load_for_export(self.source, framework, inputs=inputs, model_class=model_class,
-                                      settings=self.settings, framework_options=framework_options)
-        self.framework = self.loaded.framework
-        self.specs = self.loaded.input_specs
-
-    # data
-    def prepare_data(self, data, calibration, data_options, calibration_options, split) -> None:
-        data_options = _hf_tokenizer_default(self.source, data_options)
-        calibration_options = _hf_tokenizer_default(self.source, calibration_options)
-        self.data = _split_data(data, calibration, self.specs, data_options, calibration_options, split)
-        self.calibration_file: Path | None = None
-        self.generated_calibration: Path | None = None
-        if self.data.calibration is not None:
-            self.calibration_file = _write_calibration(self.data.calibration, self.work / "calibration.npz")
-        elif self.data.held_out is None:
-            from ..evaluation.judge import DEFAULT_SEQ
-            from .heldout import generated_calibration
-
-            self.generated_calibration = generated_calibration(self.specs, self.work / "generated_calibration.npz",
-                                                               DEFAULT_SEQ)
-
-    def calibration_for(self, spec) -> Path | None:
-        """The calibration file a strategy gets: the user's data, else generated samples if it may use them."""
-        if not spec.needs_calibration:
-            return None
-        if self.calibration_file is not None:
-            return self.calibration_file
-        return self.generated_calibration if spec.calibrates_on_generated else None
-
-    # 4. the judge: the source framework's outputs on held-out data, computed before exporting
-    def run_reference(self) -> None:
-        from ..evaluation.judge import Judge
-
-        self.emit("stage", {"message": f"running the {self.framework} source on held-out data"})
-        # An ONNX source runs as the judge's CPU reference (its answers are the ones to keep, whatever
-        # --provider says); any other source runs as loaded, so user code is not run a second time.
-        reference = self.source if self.framework == "onnx" else self.loaded.model
-        self.reference = Judge.run_reference(reference, self.data.held_out, framework=self.framework,
-                                             inputs=self.specs, settings=self.settings, seed=1,
-                                             samples=None if self.data.held_out is not None else GENERATED_SAMPLES)
-        self.reference.name = self.source
-
-    # 1b. export (verified), then the judge, named like the exported model, and the float model's verdict
-    def export(self, opset, exporter, metrics, max_drop) -> None:
-        from ..conversion.export import export
-        from ..evaluation.judge import Judge
-        from .tasks import save_judge
-
-        self.emit("stage", {"message": "exporting and verifying against the source"})
-        self.exported = export(self.source, self.work / "fp32.onnx", opset=opset, exporter=exporter, loaded=self.loaded,
-                               settings=self.settings, samples=export_samples(self.data.held_out, self.specs),
-                               on_step=lambda msg: self.emit("step", {"message": msg}))
-        self.fp32 = Path(self.exported.path)
-        if (done := normalize_file(self.fp32)) and done.summary():   # once per model, before family and candidates
-            self.notes.append(f"normalised before quantizing: {done.summary()}")
-            self.emit("note", {"message": self.notes[-1]})
-        self.judge: Judge = Judge.from_run(self.reference, self.fp32, metrics=metrics, max_drop=max_drop,
-                                           settings=self.settings)
-        if not self.judge.budgets:
-            raise UsageError("--max-drop: a budget is needed to judge candidates (for example 1%)")
-        from .evidence import configure_judge
-
-        # before any quantizing: the confidence rule, the select/confirm parts, and what the data cannot resolve
-        self.evidence = configure_judge(self.judge, getattr(self, "confidence", DEFAULT_CONFIDENCE))
-        for line in self.evidence["messages"]:
-            self.emit("note", {"message": line})
-        self.judge_dir = save_judge(self.judge, self.work / "judge")
-        verdict = self.judge.evaluate(self.fp32, "fp32")
-        self.baseline = CandidateRow(name="fp32", strategy="none", options={}, status="reference",
-                                     path=str(self.fp32), reason="the exported model, unquantized",
-                                     **figures_of(verdict, "size_bytes", "metrics", "drops"))
+        self.settled: dict[str, CandidateRow] = {}   # as they finish: Ctrl-C keeps the best of them too
+        # the verdict names the ISA it was judged and timed on, then what the export changed
+        self.notes: list[str] = [env.isa.note(), *ref.notes]
+        self.record = record(env.config)   # what a replay needs, recorded before any work can change it
+        # the later stages' records (None: the stage did not run)
+        self.grids: list[str] | None = None
+        self.quick: QuickTimes | None = None
+        self.later = LaterStages()
+        self.bench_batch: int | None = None
+        self.measured_on: dict[str, Any] = {}
+        self.ctx: SearchContext = SearchContext(ref.fp32, env.work, env.settings, ref.judge, ref.judge_dir, trials,
+                                                env.emit, self._task, self.run_candidates, ref.setup.rank_metric)
 
     # 2. candidates
-    def build(self, strategies) -> None:
+    def build(self) -> None:
         from .candidates import build_candidates
 
-        self.candidates, self.skipped = build_candidates(self.fp32, strategies=strategies,
-                                                         has_calibration=self.calibration_file is not None,
-                                                         generated_calibration=self.generated_calibration is not None,
-                                                         provider=self.settings.provider, isa=self.isa)
-        if self.generated_calibration is not None:
+        inputs = self.inputs
+        self.candidates, self.skipped = build_candidates(self.ref.fp32, strategies=self.env.config.strategies,
+                                                         has_calibration=inputs.calibration_file is not None,
+                                                         generated_calibration=inputs.generated_calibration is not None,
+                                                         provider=self.settings.provider, isa=self.env.isa)
+        if inputs.generated_calibration is not None:
             from ..registry import get_registry
             from .heldout import GENERATED_CALIBRATION
 
@@ -272,19 +211,16 @@ class _Search:
             reasons = "; ".join(f"{s.strategy}: {s.reason}" for s in self.skipped) or "no quantizer plugins"
             raise UsageError(f"no strategy applies to this model ({reasons})")
 
-    def from_recipe(self, recipe) -> None:
-        self.candidates = [recipe_candidate(recipe, self.calibration_for)]
-
     def _task(self, candidate: Candidate, index: int) -> dict[str, Any]:
         from ..registry import get_registry
 
         spec = get_registry().get("quantizer", candidate.strategy).spec
-        settings = self.settings.to_dict()
-        return {"candidate": candidate.to_dict(), "model": str(self.fp32),
-                "output": str(self.work / "candidates" / f"candidate{index}.onnx"),
-                "calibration": str(c) if (c := self.calibration_for(spec)) else None,
-                "check_data": str(self.calibration_file) if self.calibration_file else None,
-                "judge": str(self.judge_dir), "settings": settings}
+        calibration = self.inputs.calibration_file
+        return {"candidate": candidate.to_dict(), "model": str(self.ref.fp32),
+                "output": str(self.env.work / "candidates" / f"candidate{index}.onnx"),
+                "calibration": str(c) if (c := self.inputs.calibration_for(spec)) else None,
+                "check_data": str(calibration) if calibration else None,
+                "judge": str(self.ref.judge_dir), "settings": self.settings.to_dict()}
 
     # 3 + 4. quantize and judge (search.trials: warm workers, the cache, duplicates run once, the time budget)
     def run_candidates(self, workers: int | None, candidates: Sequence[Candidate] | None = None) -> list[CandidateRow]:
@@ -292,39 +228,16 @@ class _Search:
 
         todo = list(candidates if candidates is not None else self.candidates)
         tasks = [self._task(c, len(self.rows) + i) for i, c in enumerate(todo)]
-        self.settled: dict[str, CandidateRow] = {}   # as they finish: Ctrl-C keeps the best of them too
-        new = candidate_rows(self.trials, todo, tasks, workers, self.work / "tasks", self.baseline.size_bytes,
+        self.settled = {}
+        new = candidate_rows(self.trials, todo, tasks, workers, self.env.work / "tasks", self.baseline.size_bytes,
                              self.judge.primary, self.settled)
         self.rows.extend(new)
         return new
 
-    # option grids are decided on the select part; the confirm part's figures are reported
-    def select_grids(self) -> None:
-        from .evidence import select_on_grids
-
-        self.evidence["grids"] = select_on_grids(self.rows, self.evidence["rank_metric"])
-
-    # mixed precision: a scheme per node from a per-node sensitivity sweep
-    def mixed_precision(self, workers: int | None, strategies: Sequence[str] | None) -> None:
-        from .evidence import mixed_candidates_wanted, mixed_stage
-
-        wanted, why = mixed_candidates_wanted(self, strategies)
-        if not wanted:
-            self.evidence["mixed"] = {"tried": False, "reason": why}
-            return
-        primary = self.judge.primary
-        self.evidence["mixed"] = mixed_stage(self, workers, primary, self.judge.budgets.get(primary) or 0.0)
-
-    # partial quantization (search.partial.fallback)
-    def partial_fallback(self, max_float_nodes: int | None, workers: int | None) -> None:
-        from .partial import fallback
-
-        fallback(self, max_float_nodes, workers)
-
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:
         survivors = runtime_compat.refuse_unfit([r for r in self.rows if r.status == "ok"],
-                                                getattr(self, "target", None))
+                                                self.env.target)
         if not survivors:
             return
         samples = self.judge.samples
@@ -334,7 +247,7 @@ class _Search:
         self.emit("stage",
                   {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
         models = [self.baseline] + survivors
-        result = self.executor.bench([r.path for r in models], feeds=feeds, runs=runs, warmup=3,
+        result = self.env.executor.bench([r.path for r in models], feeds=feeds, runs=runs, warmup=3,
                                      settings=self.settings, names=[r.name for r in models],
                                      progress=lambda frac, text: self.emit("bench", {"fraction": frac, "text": text}))
         self.measured_on = {k: result.settings[k] for k in ("measured_on", "bench_node") if k in result.settings}
@@ -343,13 +256,28 @@ class _Search:
             if measured.status != "ok" and row is not self.baseline:
                 row.status, row.reason = "failed", f"benchmark failed: {measured.note}"
 
-    # 6. pick and explain
-    def finish(self, objective: str, out: Path, recipe: Any) -> LightenResult:
-        from .evidence import evidence_record
+    def recipe(self, result: LightenResult) -> Recipe | None:
+        """The winner's ``recipe.toml``: the options that acted on it (issue 25: not an op type it has no node
+        of), the budgets, where it was judged, and what a replay needs (:func:`~onnxlite.search.recipes.record`)."""
+        winner, judge, isa = result.winner, self.judge, self.env.isa
+        if winner is None:
+            return None
+        return Recipe(strategy=winner.strategy, options=effective_options(winner.options, self.ref.fp32),
+                      excluded_nodes=tuple(winner.keep_float), metric=judge.primary,
+                      max_drop=judge.budgets.get(judge.primary), budgets=dict(judge.budgets),
+                      objective=result.objective, provider=self.settings.provider, framework=self.inputs.framework,
+                      inputs=tuple(str(s) for s in self.inputs.specs), hardware=isa.here.to_dict(),
+                      target_cpu=isa.target.isa if isa.target else None, **self.record)
 
+    # 6. pick and explain
+    def finish(self, out: Path, recipe: Recipe | None) -> LightenResult:
+        from .confidence import evidence_record
+
+        objective = self.env.config.objective or "latency"
+        setup = self.ref.setup
         base_p50 = self.baseline.p50
         measured_base = base_p50 if self.baseline.latency_ms else None
-        rank = self.evidence["rank_metric"]
+        rank = setup.rank_metric
         winner = pick_winner(self.rows, objective, measured_base, rank)
         # The same rule pick_winner applied, so the explanation matches the choice.
         basis = deciding_objective(self.rows, objective, measured_base)
@@ -359,7 +287,7 @@ class _Search:
             # Say what the tie rule saw, with the figures it used, so "1.25x faster" and "speed did not
             # decide" never stand side by side unexplained.
             self.notes.append(
-                f"speed did not decide: the fastest candidate ({fastest.name}, {_speed(base_p50, fastest.p50)} "
+                f"speed did not decide: the fastest candidate ({fastest.name}, {speed_text(base_p50, fastest.p50)} "
                 f"fp32) is within the latency noise margin ({latency_margin(fastest):.0%}: 3% or the measured "
                 "p90-p50 spread, whichever is larger), so the smallest one within budget and not over 10% "
                 "slower than fp32 won")
@@ -367,35 +295,37 @@ class _Search:
         for row in self.rows:
             if row is winner:
                 row.status = "winner"
-                row.reason = _why_won(row, self.baseline, basis, fastest if basis == "latency" else None)
+                row.reason = why_won(row, self.baseline, basis, fastest if basis == "latency" else None)
             elif row.status == "ok" and winner is not None:
                 row.reason = (f"within budget, but against the winner: {speed_change(winner.p50, row.p50)}, "
                               f"{size_change(winner.size_bytes, row.size_bytes)}")
                 mine, theirs = row.drops.get(primary), winner.drops.get(primary)
                 if mine is not None and theirs is not None and mine > theirs:
                     row.reason += f"; its {primary} drop is larger ({mine:.4g} vs {theirs:.4g})"
-        placement.report_fallback(self.rows, self.settings, self.judge.feeds, getattr(self, "bench_batch", None),
+        placement.report_fallback(self.rows, self.settings, self.judge.feeds, self.bench_batch,
                                   axes=self.judge.batch_axes)
         if winner is not None:
             drop = winner.drops.get(primary, float("nan"))
-            message = (f"winner: {winner.name}: {_ratio(self.baseline.size_bytes, winner.size_bytes)}, "
-                       f"{_speed(base_p50, winner.p50)} fp32, {primary} drop {drop:.4g} "
+            message = (f"winner: {winner.name}: {ratio_text(self.baseline.size_bytes, winner.size_bytes)}, "
+                       f"{speed_text(base_p50, winner.p50)} fp32, {primary} drop {drop:.4g} "
                        f"(budget {self.judge.budgets.get(primary, float('nan')):.4g})")
             message += "".join(f"; {note}" for note in self.notes)
-            if self.evidence["unresolved"]:
-                message += (f"; judged by measured drop, not at {self.evidence['confidence']:.0%} confidence: the "
+            if setup.unresolved:
+                message += (f"; judged by measured drop, not at {setup.confidence:.0%} confidence: the "
                             f"held-out data cannot resolve the budget (see the report); ranked by {rank}")
         else:
-            message = no_winner_message(self.rows, self.baseline.size_bytes, bool((self.partial or {}).get("tried")),
-                                        self.notes)
+            message = no_winner_message(self.rows, self.baseline.size_bytes,
+                                        bool((self.later.partial or {}).get("tried")), self.notes)
+        quick = self.quick.to_dict() | {"objective": objective} if self.quick is not None and self.quick.batch else None
+        stages = {"grids": self.grids, "quick_times": quick, "mixed": self.later.mixed}
         return LightenResult(
             output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows,
             skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],
             primary_metric=primary, budgets=dict(self.judge.budgets), objective=objective, message=message,
-            export=self.exported.to_dict(), data=self.data.description, partial=self.partial,
-            evidence=evidence_record(self.evidence, self.rows, self.judge),
+            export=self.ref.exported.to_dict(), data=self.inputs.data.description, partial=self.later.partial,
+            evidence=evidence_record(setup, stages, self.rows, self.judge),
             settings={"provider": self.settings.provider, "threads": self.settings.threads,
-                      "bench_batch": getattr(self, "bench_batch", None), "held_out_samples": self.judge.samples,
-                      "recipe": bool(recipe), "executor": self.executor.describe(),
-                      **getattr(self, "measured_on", {}), **self.isa.settings()},
+                      "bench_batch": self.bench_batch, "held_out_samples": self.judge.samples,
+                      "recipe": bool(recipe), "executor": self.env.executor.describe(),
+                      **self.measured_on, **self.env.isa.settings()},
         )

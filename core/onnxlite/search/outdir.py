@@ -10,36 +10,32 @@ half an OUTDIR behind.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .results import LightenResult
+    from ..hardware import JudgedOn
+    from ..runtime_compat import TargetRuntime
+    from .recipes import Recipe
+    from .results import CandidateRow, LightenResult
 
 
-def publish(search: Any, result: LightenResult, out: Path) -> None:
-    """Write what ``search`` (the lighten run's state) found into ``out``; record the paths on ``result``."""
+def publish(result: LightenResult, out: Path, work: Path, recipe: Recipe | None, source: str,
+            target: TargetRuntime | None, isa: JudgedOn) -> None:
+    """Write what the search found into ``out`` (staged in ``work``), with ``recipe`` beside the winner and the
+    Hugging Face ``source``'s config and tokenizer; record the paths on ``result``."""
     from ..atomic import replace_dir, write_text
     from ..modelio import publish_model
     from ..report.files import write_report
-    from .recipes import Recipe, copy_hf_files, effective_options
+    from .recipes import copy_hf_files
 
-    staged = search.work / "out"
+    staged = work / "out"
     staged.mkdir()
-    if result.winner is not None:
-        judge = search.judge
+    if result.winner is not None and result.winner.path and recipe is not None:
         # the ISA it was judged on travels in the model, so a lone model.onnx can say where its verdict holds
-        publish_model(result.winner.path, staged / "model.onnx", runtime=getattr(search, "target", None),
-                      metadata=search.isa.metadata(_portable(result.winner)))
-        # the options that acted on this model (issue 25: not an op type it has no node of)
-        recipe = Recipe(strategy=result.winner.strategy, options=effective_options(result.winner.options, search.fp32),
-                        excluded_nodes=tuple(result.winner.keep_float), metric=judge.primary,
-                        max_drop=judge.budgets.get(judge.primary),
-                        budgets=dict(judge.budgets), objective=result.objective,
-                        provider=search.settings.provider, framework=search.framework,
-                        inputs=tuple(str(s) for s in search.specs), hardware=search.isa.here.to_dict(),
-                        target_cpu=search.isa.target.isa if search.isa.target else None, **search.record)
+        publish_model(result.winner.path, staged / "model.onnx", runtime=target,
+                      metadata=isa.metadata(_portable(result.winner)))
         write_text(staged / "recipe.toml", recipe.to_toml())
-        copy_hf_files(search.source, staged, staged / "model.onnx")   # config and tokenizer: it loads as it came
+        copy_hf_files(source, staged, staged / "model.onnx")   # config and tokenizer: it loads as it came
     names = write_report(result.to_report(), staged)
     replace_dir(staged, out)
     result.reports = {kind: out / Path(path).name for kind, path in names.items()}
@@ -47,7 +43,7 @@ def publish(search: Any, result: LightenResult, out: Path) -> None:
         result.model_path, result.recipe_path = out / "model.onnx", out / "recipe.toml"
 
 
-def _portable(winner: Any) -> bool:
+def _portable(winner: CandidateRow) -> bool:
     """The winner's int8 math cannot saturate, by its strategy's word (then it answers alike on every CPU)."""
     from ..registry import get_registry
     from .candidates import int8_portable

@@ -22,15 +22,20 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..ops import WEIGHTED_OPS
+from .context import Clock, Repair, probe_drop
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
+
+    from .context import SearchContext
+    from .fallback_rule import Fast
+    from .results import CandidateRow
 
 #: over-budget candidates within this fraction of the rule's base size are bases too, the smallest select drop
 #: first: near-equal sizes make the size no reason to repair the harder one (on the PP-OCR detector the
@@ -45,6 +50,8 @@ FALLBACK_SECONDS = 600.0
 SWEEP_MIN_NODES = 4
 #: share of the memory available that one ranking batch's exposed tensors (both models) may take
 RANKING_MEMORY_SHARE = 0.25
+#: the most nodes a direct sensitivity sweep quantizes one by one
+SWEEP_MAX_NODES = 64
 #: held-out samples the activation ranking looks at, at most, and the most in one batch (as before the bound)
 RANKING_SAMPLES = 64
 RANKING_BATCH = 16
@@ -179,7 +186,7 @@ def _pieces(feeds_list: Sequence[Mapping[str, np.ndarray]], cut: dict[str, int],
 
 
 def feeds_for_ranking(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None] | None = None,
-                      samples: int = RANKING_SAMPLES) -> list[dict]:
+                      samples: int = RANKING_SAMPLES) -> list[dict[str, np.ndarray]]:
     """The first ``samples`` held-out samples (ranking needs a sample, not all of them), cut on each input's axis."""
     from ..data.dataset import take_rows
 
@@ -188,21 +195,21 @@ def feeds_for_ranking(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | 
 
 # -- which candidates to repair ------------------------------------------------------------------------
 
-def _select_drop(row: Any, rank: str) -> float:
+def _select_drop(row: CandidateRow, rank: str) -> float:
     value = (row.select_drops or {}).get(rank, row.drops.get(rank))
     return value if value is not None and math.isfinite(value) else math.inf
 
 
-def fallback_bases(rows: Sequence[Any], primary: str, budget: float, can_exclude: Any,
-                   rank: str | None = None, fast: Any = None) -> tuple[list[Any], str]:
+def fallback_bases(rows: Sequence[CandidateRow], primary: str, budget: float, can_exclude: Callable[[str], bool],
+                   rank: str | None = None, fast: Fast | None = None) -> tuple[list[CandidateRow], str]:
     """The over-budget candidates to repair, in order, and why (``([], reason)`` when none is worth it).
 
-    The first is :func:`~onnxlite.search.evidence.fallback_base`'s.  When it is within 3x of the
+    The first is :func:`~onnxlite.search.fallback_rule.fallback_base`'s.  When it is within 3x of the
     budget, the next ones that rule would pick are bases too while their size stays within
     :data:`BASE_SIZE_SLACK` of it (at most :data:`MAX_BASES`); all of them are then ordered by their
     drop on the select part, so the one with the least to repair is tried first.
     """
-    from .evidence import fallback_base
+    from .fallback_rule import fallback_base
 
     first, why = fallback_base(rows, primary, budget, can_exclude, fast)
     if first is None:
@@ -224,70 +231,59 @@ def fallback_bases(rows: Sequence[Any], primary: str, budget: float, can_exclude
     return bases, why
 
 
+def can_exclude(strategy: str) -> bool:
+    """The strategy declares an option that keeps nodes in float (``QuantizerSpec.exclude_option``)."""
+    from ..registry import get_registry
+    from .candidates import exclude_option
+
+    return bool(exclude_option(get_registry().get("quantizer", strategy).spec))
+
+
 # -- the fallback itself --------------------------------------------------------------------------------
 
-class _Clock:
-    """The fallback's time budget: what was spent, and how many probes of a given cost still fit."""
-
-    def __init__(self, seconds: float, parallel: int):
-        self.started, self.seconds, self.parallel = time.monotonic(), seconds, max(1, parallel)
-
-    def left(self) -> float:
-        return self.seconds - (time.monotonic() - self.started)
-
-    def probes(self, cost: float, parallel: bool = True) -> int:
-        """How many probes of ``cost`` seconds fit in what is left (run ``parallel`` at a time, or one by one)."""
-        return max(0, int(self.left() * (self.parallel if parallel else 1) // max(cost, 1e-3)))
-
-
-def fallback(state: Any, max_float_nodes: int | None, workers: int | None) -> None:
-    """Repair an over-budget candidate by keeping nodes in float (docs/lighten.md); ``partial.seconds``: its time."""
+def fallback(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Fast, max_float_nodes: int | None,
+             workers: int | None) -> dict[str, Any]:
+    """Repair an over-budget candidate by keeping nodes in float (docs/lighten.md); returns the stage's record
+    (``tried``, its bases, steps, probes and ``seconds``); the repairs confirmed are rows of the table."""
     started = time.monotonic()
-    _repair(state, max_float_nodes, workers)
-    if state.partial and state.partial.get("tried"):
-        state.partial["seconds"] = round(time.monotonic() - started, 1)
+    log = _repair(ctx, rows, fast, max_float_nodes, workers)
+    if log.get("tried"):
+        log["seconds"] = round(time.monotonic() - started, 1)
+    return log
 
 
-def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> None:
+def _repair(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Fast, max_float_nodes: int | None,
+            workers: int | None) -> dict[str, Any]:
     """A float prefix, then the activation ranking, then a direct sweep, on each base in turn.
 
-    Every probe is judged on the select part alone (:func:`~onnxlite.search.evidence.select_judge`); the
-    repair a ranking chooses is then judged like any candidate, its figures and verdict the confirm part's.
+    Every probe is judged on the select part alone (:meth:`~onnxlite.search.context.SearchContext.select_judge`);
+    the repair a ranking chooses is then judged like any candidate, its figures and verdict the confirm part's.
     """
     from ..registry import get_registry
-    from .candidates import Candidate, exclude_option
-    from .evidence import confirm, probed_on, select_judge
+    from .candidates import Candidate
     from .prefix import exclusion_steps, float_prefix, keep_worst_confirmed
     from .tasks import default_workers
 
     registry = get_registry()
-    primary = state.judge.primary
-    budget = state.judge.budgets.get(primary) or 0.0
-    rank = state.evidence["rank_metric"]
-    from .quick import fast_enough
-
+    rank = ctx.rank
     # speed measured early (search.quick): a base slower than fp32 here is not worth repairing for latency
-    bases, why = fallback_bases(state.rows, primary, budget,
-                                lambda strategy: exclude_option(registry.get("quantizer", strategy).spec), rank,
-                                fast_enough(getattr(state, "quick", None), getattr(state, "objective", "latency")))
+    bases, why = fallback_bases(rows, ctx.primary, ctx.budget, can_exclude, rank, fast)
     if not bases:
-        state.partial = {"tried": False, "reason": why}
-        return
-    parallel = workers or default_workers(_file_size(state.fp32))
+        return {"tried": False, "reason": why}
+    parallel = workers or default_workers(_file_size(ctx.fp32))
     # its time share: FALLBACK_SECONDS, or what is left of the search's --time-budget if that is less
-    clock = _Clock(min(FALLBACK_SECONDS, state.trials.budget.left()), parallel)
+    clock = Clock(min(FALLBACK_SECONDS, ctx.trials.budget.left()), parallel)
     # rank on the select part only: the confirm part judges the repaired model
-    select = state.judge.parts.select if state.judge.parts else None
-    axes = getattr(state.judge, "batch_axes", None) or None
-    feeds = state.judge.feeds
+    select = ctx.judge.parts.select if ctx.judge.parts else None
+    axes = ctx.judge.batch_axes or None
+    feeds = ctx.judge.feeds
     if select:
         from ..data.dataset import pick_rows
 
         feeds = pick_rows(feeds, select, axes)
-    probe_judge = select_judge(state)
-    state.partial = {"tried": True, "why": why, "bases": [r.name for r in bases], "base": bases[0].name,
-                     "steps": [], "budget_seconds": FALLBACK_SECONDS,
-                     "probes_judged_on": probed_on(state)}
+    probe_judge = ctx.select_judge()
+    log: dict[str, Any] = {"tried": True, "why": why, "bases": [r.name for r in bases], "base": bases[0].name,
+                           "steps": [], "budget_seconds": FALLBACK_SECONDS, "probes_judged_on": ctx.probed_on()}
     first = None   # (row, spec, ranking, its quantized nodes) of the first base whose nodes could be ranked:
     #                the sweep's base
     closest = None   # the first base's heaviest activation step: judged on the confirm part if nothing passes
@@ -296,79 +292,73 @@ def _repair(state: Any, max_float_nodes: int | None, workers: int | None) -> Non
         # another base costs its prefix probe and about one quantize-and-judge per doubling step (1, 2, 4 ...)
         steps = 1 + (len(exclusion_steps(max(1, len(first[2]) // 2))) if first else 1)
         if index and clock.probes(cost, parallel=False) < steps:
-            state.partial.setdefault("skipped_bases", []).append(
+            log.setdefault("skipped_bases", []).append(
                 {"name": base_row.name, "reason": f"its {steps} steps (~{cost:.0f} s each) do not fit in what is left "
                                                   f"of the fallback's {FALLBACK_SECONDS:.0f} s"})
             continue
         spec = registry.get("quantizer", base_row.strategy).spec
-        base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
-        weighted = _quantized_nodes(state.fp32, base_row.path)   # the prefix's and the sweep's nodes
-        state.emit("stage", {"message": f"{why if not index else 'next base'}; "
-                                        f"trying a float prefix of {base_row.name}"})
-        prefix = float_prefix(state, base, spec, weighted, max_float_nodes, workers, clock, cost, probe_judge,
-                              parallel, base_row.path) if weighted else None
-        repaired = [] if prefix is None or not confirm(state, prefix["candidate"], "float prefix", workers) \
+        repair = Repair(Candidate(base_row.name, base_row.strategy, dict(base_row.options)), spec, probe_judge,
+                        workers, clock, cost, parallel)
+        path = str(base_row.path)
+        weighted = _quantized_nodes(ctx.fp32, path)   # the prefix's and the sweep's nodes
+        ctx.emit("stage", {"message": f"{why if not index else 'next base'}; "
+                                      f"trying a float prefix of {base_row.name}"})
+        prefix = float_prefix(ctx, repair, weighted, max_float_nodes, log, path) if weighted else None
+        repaired = [] if prefix is None or not ctx.confirm(prefix["candidate"], "float prefix", workers, log) \
             else ["float prefix"]
-        state.emit("stage", {"message": f"ranking nodes of {base_row.name} by the error they add"})
-        ranked = rank_nodes(state.fp32, base_row.path, feeds_for_ranking(feeds, axes), state.settings.threads, axes)
+        ctx.emit("stage", {"message": f"ranking nodes of {base_row.name} by the error they add"})
+        ranked = rank_nodes(ctx.fp32, path, feeds_for_ranking(feeds, axes), ctx.settings.threads, axes)
         if ranked:
             if first is None:
                 first = (base_row, spec, ranked, weighted)
-            state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
+            log |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
             # Keeping every node in float would just be the float model again: stop at half of them; after a
             # prefix that passed, only repairs keeping fewer float bytes than it are worth a probe.
             found, last, confirmed = keep_worst_confirmed(
-                state, base, spec, [r.node for r in ranked], max_float_nodes or max(1, len(ranked) // 2), workers,
-                "activations", probe_judge, clock, cost, max_bytes=prefix["float_bytes"] if repaired else None)
+                ctx, repair, [r.node for r in ranked], max_float_nodes or max(1, len(ranked) // 2), "activations",
+                log, max_bytes=prefix["float_bytes"] if repaired and prefix else None)
             closest = closest or last
             if confirmed:
                 repaired.append("activations")
         if repaired:
             # the last one is the lightest (the activation ranking only probes lighter repairs than the prefix)
-            state.partial |= {"base": base_row.name, "ranked_by": repaired[-1], "repairs": repaired}
-            return
+            return log | {"base": base_row.name, "ranked_by": repaired[-1], "repairs": repaired}
     if first is None:
-        state.partial["reason"] = "no node outputs could be matched between the float and quantized models"
-        return
+        return log | {"reason": "no node outputs could be matched between the float and quantized models"}
     # Activation matching ranked badly (its worst nodes in float did not reach the budget): measure each
     # node's own drop directly, on the first base (the least to repair), and try again in that order.
     base_row, spec, ranked, weighted = first
-    state.partial |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
-    base = Candidate(base_row.name, base_row.strategy, dict(base_row.options))
+    log |= {"base": base_row.name, "ranking": [asdict(r) for r in ranked[:20]]}
+    cost = max(base_row.quantize_seconds or 0.0, 1e-3)
+    repair = Repair(Candidate(base_row.name, base_row.strategy, dict(base_row.options)), spec, probe_judge,
+                    workers, clock, cost, parallel)
     order = [r.node for r in ranked]
     # The sweep covers every node the written model really has quantized (onnxlite.claims), not only the ones
     # whose activations could be matched; the suspects (activation order) are measured first.
     nodes = weighted or order
     suspects = [n for n in order if n in nodes] + [n for n in nodes if n not in order]
-    cost = max(base_row.quantize_seconds or 0.0, 1e-3)
     fits = clock.probes(cost)
-    measured = suspects[:max(min(SWEEP_MIN_NODES, len(suspects)), min(fits, _sweep_max_nodes()))]
-    state.partial["sweep_budget"] = {"nodes": len(nodes), "measured": len(measured), "seconds_per_probe": cost,
-                                     "parallel": parallel, "seconds_left": round(max(0.0, clock.left()), 1)}
+    measured = suspects[:max(min(SWEEP_MIN_NODES, len(suspects)), min(fits, SWEEP_MAX_NODES))]
+    log["sweep_budget"] = {"nodes": len(nodes), "measured": len(measured), "seconds_per_probe": cost,
+                           "parallel": parallel, "seconds_left": round(max(0.0, clock.left()), 1)}
     if len(measured) < len(nodes):
-        state.emit("note", {"message": f"the sensitivity sweep measures {len(measured)} of {len(nodes)} nodes "
-                                       f"(about {cost:.0f} s a probe, {parallel} at a time, within the fallback's "
-                                       f"{FALLBACK_SECONDS:.0f} s); the activation ranking's suspects first"})
-    swept = sweep(state, base, spec, nodes, measured, workers, rank, probe_judge)
-    state.partial["sweep"] = swept[:20]
-    state.partial["ranked_by"] = f"direct sweep ({rank} on {probed_on(state)})"
+        ctx.emit("note", {"message": f"the sensitivity sweep measures {len(measured)} of {len(nodes)} nodes "
+                                     f"(about {cost:.0f} s a probe, {parallel} at a time, within the fallback's "
+                                     f"{FALLBACK_SECONDS:.0f} s); the activation ranking's suspects first"})
+    swept = sweep(ctx, repair, nodes, measured, rank)
+    log["sweep"] = swept[:20]
+    log["ranked_by"] = f"direct sweep ({rank} on {ctx.probed_on()})"
     resorted = [e["node"] for e in swept] + [n for n in suspects if n not in measured]
-    found, _, _ = keep_worst_confirmed(state, base, spec, resorted, max_float_nodes or max(1, len(nodes) // 2),
-                                       workers, "sweep", probe_judge, clock, cost,
-                                       tried={tuple(sorted(order[:k])) for k in exclusion_steps(
+    found, _, _ = keep_worst_confirmed(ctx, repair, resorted, max_float_nodes or max(1, len(nodes) // 2), "sweep",
+                                       log, tried={tuple(sorted(order[:k])) for k in exclusion_steps(
                                            len(order), max_float_nodes or max(1, len(order) // 2))})
     if found is None and closest is not None:
         # nothing passed: the activation ranking's heaviest attempt is judged as a row (the table shows how far it got)
-        confirm(state, closest, "activations", workers, closest=True)
+        ctx.confirm(closest, "activations", workers, log, closest=True)
+    return log
 
 
-def _sweep_max_nodes() -> int:
-    from .evidence import SWEEP_MAX_NODES
-
-    return SWEEP_MAX_NODES
-
-
-def _file_size(path: Any) -> int:
+def _file_size(path: str | os.PathLike[str]) -> int:
     from ..modelio import model_size
 
     try:
@@ -377,7 +367,7 @@ def _file_size(path: Any) -> int:
         return 0
 
 
-def _quantized_nodes(float_model: Any, quantized_model: Any) -> list[str]:
+def _quantized_nodes(float_model: str | os.PathLike[str], quantized_model: str | os.PathLike[str]) -> list[str]:
     import onnx
 
     from ..claims import node_states
@@ -388,21 +378,19 @@ def _quantized_nodes(float_model: Any, quantized_model: Any) -> list[str]:
     return [n for n, quantized in states.items() if quantized]
 
 
-def sweep(state: Any, base: Any, spec: Any, nodes: Sequence[str], measured: Sequence[str], workers: int | None,
-          rank: str, judge: Any = None) -> list[dict[str, Any]]:
-    """Each node of ``measured`` quantized alone (every other node of ``nodes`` kept float), worst first.
-
-    ``judge``: the folder of the judge the probes get (the fallback's: the select part's, :func:`select_judge`).
-    """
+def sweep(ctx: SearchContext, repair: Repair, nodes: Sequence[str], measured: Sequence[str],
+          rank: str) -> list[dict[str, Any]]:
+    """Each node of ``measured`` quantized alone (every other node of ``nodes`` kept float), worst first,
+    probed on ``repair.judge`` (the select part's)."""
     from .candidates import Candidate, exclude_option, with_keep_float
-    from .evidence import probe_drop, run_probes
 
+    base, spec = repair.base, repair.spec
     probes = []
     for node in measured:
         probe = with_keep_float(base, spec, [n for n in nodes if n != node])
         probes.append(Candidate(f"{base.name}[only {node}]", probe.strategy, dict(probe.options), probe.keep_float))
-    results = run_probes(state, probes, workers, f"sensitivity sweep of {base.name} ({exclude_option(spec)})", judge)
-    ranked = [{"node": node, "drop": probe_drop(r, rank)} for node, r in zip(measured, results)]
+    results = ctx.probe(probes, repair.workers, f"sensitivity sweep of {base.name} ({exclude_option(spec)})",
+                        repair.judge)
+    ranked: list[dict[str, Any]] = [{"node": node, "drop": probe_drop(r, rank)} for node, r in zip(measured, results)]
     ranked.sort(key=lambda e: -e["drop"] if math.isfinite(e["drop"]) else -math.inf)
     return ranked
-

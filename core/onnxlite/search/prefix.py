@@ -2,7 +2,8 @@
 
 :func:`float_prefix` keeps the start of the graph in float, up to its k-th weighted node;
 :func:`keep_worst` keeps the first 1, 2, 4 ... nodes of a ranked order in float.  Both probe on the judge
-they are given (the select part's, :func:`onnxlite.search.evidence.select_judge`) and return what passed.
+they are given (the select part's, :meth:`onnxlite.search.context.SearchContext.select_judge`) and return what
+passed.
 
 Most of a CNN's quantization error enters at the input end (the stem and the first blocks see the widest
 activation ranges), and keeping *scattered* nodes in float does not help a QDQ model: onnxruntime's
@@ -17,8 +18,14 @@ search (as many probes at once as run in parallel), within the fallback's time b
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .context import passes
+
+if TYPE_CHECKING:
+    from .candidates import Candidate
+    from .context import Repair, SearchContext
 
 #: the most float bytes a float prefix may keep: this share of what the weighted nodes the base quantized hold
 PREFIX_SHARE = 0.5
@@ -112,41 +119,41 @@ def _cost(model: Any, cut: Sequence[str], weighted: Sequence[str], sizes: dict[s
     return float_bytes(model, [n for n in cut if n in wanted], sizes)
 
 
-def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limit: int | None, workers: int | None,
-                 clock: Any, cost: float, judge: Any, parallel: int, written: Any = None) -> dict[str, Any] | None:
-    """The smallest prefix (of at most ``limit`` weighted nodes) whose probe passes on ``judge``, or None.
+def float_prefix(ctx: SearchContext, repair: Repair, weighted: Sequence[str], limit: int | None,
+                 log: dict[str, Any], written: str | None = None) -> dict[str, Any] | None:
+    """The smallest prefix (of at most ``limit`` weighted nodes) whose probe passes on ``repair.judge``, or None.
 
     Without ``limit``, the prefix may keep up to :data:`PREFIX_SHARE` of the weighted nodes' float bytes
     (:func:`prefix_limit`).  The probe at the limit comes first: when it fails, no shorter prefix passes
     (the drop falls as the prefix grows, near enough) and the repair costs that one probe.  Each later
     round probes up to ``parallel`` points between the longest failing and the shortest passing prefix,
-    while the time bound allows a round (``clock``, at the base's own quantize-and-judge cost).
-    ``written``: the path of the base's quantized model (:func:`prefixes`).
+    while the time bound allows a round (``repair.clock``, at the base's own quantize-and-judge cost).
+    ``written``: the path of the base's quantized model (:func:`prefixes`); ``log``: the fallback's record.
     """
     from dataclasses import replace
 
     import onnx
 
     from .candidates import with_keep_float
-    from .evidence import passes, probed_on, run_probes
 
-    model = onnx.load(str(state.fp32), load_external_data=False)
+    base, spec, parallel = repair.base, repair.spec, repair.parallel
+    model = onnx.load(str(ctx.fp32), load_external_data=False)
     cuts = prefixes(model, weighted, onnx.load(str(written), load_external_data=False) if written else None)
     if not cuts:
         return None
     cuts = cuts[:max(1, limit or prefix_limit(model, cuts, weighted))]
-    record = state.partial.setdefault("prefix", {"base": base.name, "weighted_nodes": len(weighted),
+    record = log.setdefault("prefix", {"base": base.name, "weighted_nodes": len(weighted),
                                                  "limit": len(cuts), "probes": []})
-    where = probed_on(state)
-    primary = state.judge.primary
+    where = ctx.probed_on()
+    primary = ctx.primary
     lo, hi, passing = 0, None, None   # the longest prefix known to fail; the shortest known to pass
     points = [len(cuts)]
     while points:
-        state.emit("stage", {"message": f"keeping a float prefix of {base.name} in float: the first "
+        ctx.emit("stage", {"message": f"keeping a float prefix of {base.name} in float: the first "
                                         f"{', '.join(map(str, points))} weighted node(s) and every node before "
                                         f"(judged on {where})"})
         probes = [replace(with_keep_float(base, spec, cuts[k - 1]), name=f"{base.name}+prefix{k}") for k in points]
-        results = run_probes(state, probes, workers, f"float prefix of {base.name}", judge=judge)
+        results = ctx.probe(probes, repair.workers, f"float prefix of {base.name}", judge=repair.judge)
         for k, probe, result in zip(points, probes, results):
             ok = passes(result)
             record["probes"].append({"k": k, "nodes": len(cuts[k - 1]), "passed": ok, "status": result.status,
@@ -156,12 +163,12 @@ def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limi
                 hi, passing = k, probe
             elif not ok and k > lo and (hi is None or k < hi):
                 lo = k
-        if hi is None or hi - lo <= 1 or clock.probes(cost, parallel=False) < 1:
+        if hi is None or hi - lo <= 1 or repair.clock.probes(repair.cost, parallel=False) < 1:
             break
         step = (hi - lo) / (min(parallel, hi - lo - 1) + 1)
         points = sorted({min(hi - 1, max(lo + 1, int(round(lo + step * (i + 1)))))
                          for i in range(min(parallel, hi - lo - 1))})
-    if passing is None:
+    if passing is None or hi is None:   # hi is set whenever a prefix passed
         record["result"] = f"no prefix of up to {len(cuts)} weighted node(s) passes on {where}"
         return None
     nodes = cuts[hi - 1]
@@ -170,36 +177,36 @@ def float_prefix(state: Any, base: Any, spec: Any, weighted: Sequence[str], limi
     return {"candidate": passing, "k": hi, "float_bytes": record["float_bytes"]}
 
 
-def keep_worst(state: Any, base: Any, spec: Any, order: Sequence[str], limit: int, workers: int | None,
-               ranking: str, judge: Any, tried: Any = frozenset(), max_bytes: int | None = None) -> tuple[Any, Any]:
-    """The first 1, 2, 4... nodes of ``order`` kept in float, probed on ``judge`` until one passes.
+def keep_worst(ctx: SearchContext, repair: Repair, order: Sequence[str], limit: int, ranking: str,
+               log: dict[str, Any], tried: Collection[tuple[str, ...]] = frozenset(),
+               max_bytes: int | None = None) -> tuple[Candidate | None, Candidate | None]:
+    """The first 1, 2, 4... nodes of ``order`` kept in float, probed on ``repair.judge`` until one passes.
 
     Returns (the candidate that passed or None, the last one probed).  Sets already ``tried`` are
     skipped; with ``max_bytes``, the steps stop at the first set keeping that many float bytes or
-    more (a repair no lighter than one already found).
+    more (a repair no lighter than one already found).  Each step is noted in ``log["steps"]``.
     """
     import onnx
 
     from .candidates import with_keep_float
-    from .evidence import passes, run_probes
 
-    primary = state.judge.primary
-    model = onnx.load(str(state.fp32), load_external_data=False) if max_bytes is not None else None
+    base, spec, primary = repair.base, repair.spec, ctx.primary
+    model = onnx.load(str(ctx.fp32), load_external_data=False) if max_bytes is not None else None
     sizes = float_sizes(model) if model is not None else None
     last = None
     for k in exclusion_steps(len(order), limit):
         if tuple(sorted(order[:k])) in tried:
             continue
         candidate = with_keep_float(base, spec, order[:k])
-        if model is not None and float_bytes(model, order[:k], sizes) >= max_bytes:
-            state.partial["steps"].append({"keep_float": k, "name": candidate.name, "status": "not tried",
+        if model is not None and max_bytes is not None and float_bytes(model, order[:k], sizes) >= max_bytes:
+            log["steps"].append({"keep_float": k, "name": candidate.name, "status": "not tried",
                                            "drop": None, "ranked_by": ranking,
                                            "reason": "no lighter than the float prefix that passed"})
             break
-        state.emit("stage", {"message": f"keeping the {k} worst node(s) of {base.name} in float (ranked by {ranking})"})
-        result = run_probes(state, [candidate], workers, candidate.name, judge)[0]
+        ctx.emit("stage", {"message": f"keeping the {k} worst node(s) of {base.name} in float (ranked by {ranking})"})
+        result = ctx.probe([candidate], repair.workers, candidate.name, repair.judge)[0]
         ok = passes(result)
-        state.partial["steps"].append({"keep_float": k, "name": candidate.name,
+        log["steps"].append({"keep_float": k, "name": candidate.name,
                                        "status": "ok" if ok else "failed" if result.status == "failed" else "rejected",
                                        "drop": result.drops.get(primary), "ranked_by": ranking,
                                        # why a step with a small drop still failed (its bound, another metric)
@@ -211,8 +218,8 @@ def keep_worst(state: Any, base: Any, spec: Any, order: Sequence[str], limit: in
     return None, last
 
 
-def keep_worst_confirmed(state: Any, base: Any, spec: Any, order: Sequence[str], limit: int, workers: int | None,
-                         ranking: str, judge: Any, clock: Any, cost: float, **options: Any) -> tuple[Any, Any, bool]:
+def keep_worst_confirmed(ctx: SearchContext, repair: Repair, order: Sequence[str], limit: int, ranking: str,
+                         log: dict[str, Any], **options: Any) -> tuple[Candidate | None, Candidate | None, bool]:
     """:func:`keep_worst`, each count that passes on the select part judged on the confirm part; when the
     confirm part refuses it, on to the next larger count while the fallback's clock has room.
 
@@ -220,22 +227,21 @@ def keep_worst_confirmed(state: Any, base: Any, spec: Any, order: Sequence[str],
     against 0.005, issue 22) is worth the 8-node probe, not "nothing qualifies".  Returns (the last
     candidate that passed on the select part or None, the last one probed, whether it was confirmed).
     """
-    from .evidence import confirm
-
     after, last = 0, None
     tried = set(options.pop("tried", ()))
     while True:
         # counts up to the one the confirm part refused count as tried: the next probe keeps more in float
         tried |= {tuple(sorted(order[:k])) for k in range(1, after + 1)}
-        found, probed = keep_worst(state, base, spec, order, limit, workers, ranking, judge, tried=tried, **options)
+        found, probed = keep_worst(ctx, repair, order, limit, ranking, log, tried=tried, **options)
         last = probed or last
         if found is None:
             return None, last, False
-        if confirm(state, found, ranking, workers):
+        if ctx.confirm(found, ranking, repair.workers, log):
             return found, last, True
         after = len(found.keep_float)
-        if after >= limit or clock.probes(cost, parallel=False) < 2:   # the next probe and its confirmation
-            state.partial.setdefault("stopped", []).append(
+        # the next probe and its confirmation must fit
+        if after >= limit or repair.clock.probes(repair.cost, parallel=False) < 2:
+            log.setdefault("stopped", []).append(
                 {"after": found.name, "reason": "the confirm part refused it, and no larger count fits in what is "
                                                 "left of the fallback's time" if after < limit else
                                                 "the confirm part refused it at the most nodes kept in float"})

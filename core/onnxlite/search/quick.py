@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .context import SearchContext
+    from .results import CandidateRow
 
 #: timed turns per candidate (each: one fp32 run, one candidate run)
 QUICK_RUNS = 3
@@ -76,30 +80,27 @@ def time_quickly(fp32: str, models: Mapping[str, str], feeds: Mapping[str, Any],
     return QuickTimes(ratios, fp32_ms, 0, runs, round(time.perf_counter() - started, 2))
 
 
-def quick_times(state: Any, objective: str) -> None:
-    """Time every judged candidate (within budget or over it) quickly; ``state.quick`` holds the ratios."""
+def quick_times(ctx: SearchContext, rows: Sequence[CandidateRow]) -> QuickTimes:
+    """Time every judged candidate (within budget or over it) quickly; ``batch`` is 0 when nothing was timed."""
     from dataclasses import replace
 
-    state.objective = objective   # the fallback's bases follow it (fast_enough)
-    rows = [r for r in state.rows if r.path and r.status in {"ok", "rejected"} and (r.status == "ok" or r.over_budget)]
-    if not rows or state.trials.budget.spent():
-        state.quick = QuickTimes()
-        return
-    samples = state.judge.samples
-    size = max(1, min(32, samples, state.judge.batch_cap or samples))
-    state.emit("stage", {"message": f"timing {len(rows)} candidate(s) quickly against fp32 on this machine "
-                                    f"({QUICK_RUNS} runs each, batch {size})"})
+    rows = [r for r in rows if r.path and r.status in {"ok", "rejected"} and (r.status == "ok" or r.over_budget)]
+    if not rows or ctx.trials.budget.spent():
+        return QuickTimes()
+    samples = ctx.judge.samples
+    size = max(1, min(32, samples, ctx.judge.batch_cap or samples))
+    ctx.emit("stage", {"message": f"timing {len(rows)} candidate(s) quickly against fp32 on this machine "
+                                  f"({QUICK_RUNS} runs each, batch {size})"})
     try:
-        found = time_quickly(str(state.fp32), {r.name: r.path for r in rows}, state.judge.first_feeds(size),
-                             state.settings)
+        found = time_quickly(str(ctx.fp32), {r.name: str(r.path) for r in rows}, ctx.judge.first_feeds(size),
+                             ctx.settings)
     except Exception as exc:  # noqa: BLE001 - without quick figures the bases are chosen by size, as before
-        state.emit("note", {"message": f"quick timing failed ({exc}); fallback bases chosen by size alone"})
+        ctx.emit("note", {"message": f"quick timing failed ({exc}); fallback bases chosen by size alone"})
         found = QuickTimes()
-    state.quick = replace(found, batch=size)
-    state.evidence["quick_times"] = state.quick.to_dict() | {"objective": objective}
+    return replace(found, batch=size)
 
 
-def fast_enough(quick: QuickTimes | None, objective: str) -> Any:
+def fast_enough(quick: QuickTimes | None, objective: str) -> Callable[[CandidateRow], bool]:
     """A predicate on rows: may this one be a repair's base? Under ``objective="size"`` every one may."""
     if quick is None or objective == "size" or not quick.ratios or (quick.fp32_ms or 0.0) < MEANINGFUL_MS:
         return lambda _row: True

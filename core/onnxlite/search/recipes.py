@@ -11,9 +11,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from .config import LightenConfig
 
 RECIPE_VERSION = 1
 
@@ -149,11 +152,9 @@ def read_recipe(path: str | os.PathLike[str]) -> Recipe:
     )
 
 
-def record(*, model_class: str | None, framework_options: Any, data: Any, data_options: Mapping[str, Any] | None,
-           calibration: Any, calibration_options: Mapping[str, Any] | None, threads: int | None,
-           batch: int | None) -> dict[str, Any]:
-    """The :class:`Recipe` fields that let a replay run without retyping flags: paths made absolute (a replay
-    may run from another folder), in-memory data left out (it has no name to record)."""
+def record(config: LightenConfig) -> dict[str, Any]:
+    """The :class:`Recipe` fields of ``config`` that let a replay run without retyping flags: paths made absolute
+    (a replay may run from another folder), in-memory data left out (it has no name to record)."""
     def path(value: Any) -> str | None:
         return str(Path(value).resolve()) if isinstance(value, (str, os.PathLike)) else None
 
@@ -162,62 +163,75 @@ def record(*, model_class: str | None, framework_options: Any, data: Any, data_o
         return {k: (str(Path(v).resolve()) if isinstance(v, str) and os.sep in v and Path(v).exists() else v)
                 for k, v in (values or {}).items()}
 
+    framework_options = config.framework_options
     if isinstance(framework_options, (list, tuple)):
         from ..specs import option_pairs
 
         framework_options = option_pairs(framework_options, "--option")
-    cls = model_class
+    cls = config.model_class
     if cls and ".py:" in cls and Path(cls.split(":", 1)[0]).is_file():
         cls = f"{Path(cls.split(':', 1)[0]).resolve()}:{cls.split(':', 1)[1]}"
+    data, calibration = config.data, config.calibration
     return {"model_class": cls, "source_options": dict(framework_options or {}), "data": path(data),
-            "data_options": options(data_options) if path(data) else {}, "calibration": path(calibration),
-            "calibration_options": options(calibration_options) if path(calibration) else {},
-            "threads": threads, "batch": batch}
+            "data_options": options(config.data_options) if path(data) else {}, "calibration": path(calibration),
+            "calibration_options": options(config.calibration_options) if path(calibration) else {},
+            "threads": config.settings.threads if config.settings else None, "batch": config.batch}
 
 
-def replay(recipe: Recipe, given: dict[str, Any], emit: Any = None) -> dict[str, Any]:
-    """``given`` (lighten's arguments) with what the user left out filled in from ``recipe``.
+def replay(recipe: Recipe, config: LightenConfig, emit: Any = None) -> LightenConfig:
+    """``config`` with what the user left out filled in from ``recipe`` (:func:`dataclasses.replace`).
 
     A flag the user gave wins over the recipe.  A recorded file that is gone is a usage error that
     names the flag which brings it back, rather than a failure deep in the run.
     """
     from dataclasses import replace
 
-    out = dict(given)
-    if out.get("framework") in (None, "", "auto") and recipe.framework:
+    out: dict[str, Any] = {}
+    if config.framework in (None, "", "auto") and recipe.framework:
         out["framework"] = recipe.framework
-    if not out.get("inputs") and recipe.inputs:
+    if not config.inputs and recipe.inputs:
         out["inputs"] = list(recipe.inputs)
-    if not out.get("model_class") and recipe.model_class:
+    if not config.model_class and recipe.model_class:
         out["model_class"] = recipe.model_class
-    if not out.get("framework_options") and recipe.source_options:
+    if not config.framework_options and recipe.source_options:
         out["framework_options"] = dict(recipe.source_options)
     for key, flag in (("data", "--data"), ("calibration", "--calibration")):
         recorded = getattr(recipe, key)
-        if out.get(key) is None and recorded:
+        if getattr(config, key) is None and recorded:
             if not Path(recorded).exists():
                 raise UsageError(f"--recipe: the run's {key} data {recorded} is not there any more; "
                                  f"pass {flag} PATH (the recipe's budget is judged on it)")
             out[key] = recorded
-            if not out.get(f"{key}_options"):
+            if not getattr(config, f"{key}_options"):
                 out[f"{key}_options"] = dict(getattr(recipe, f"{key}_options"))
-    settings = out.get("settings")
+    settings = config.settings
     if settings is not None and settings.threads is None and recipe.threads:
         out["settings"] = replace(settings, threads=int(recipe.threads))
-    if out.get("batch") is None and recipe.batch:
+    if config.batch is None and recipe.batch:
         out["batch"] = int(recipe.batch)
-    provider = getattr(out.get("settings"), "provider", None)
+    if config.metric is None and recipe.metric:
+        # Every budgeted metric must be computed again, the primary first.
+        out["metric"] = [recipe.metric, *(k for k in recipe.budgets if k != recipe.metric)]
+    if config.max_drop is None:
+        out["max_drop"] = dict(recipe.budgets) if recipe.budgets else recipe.max_drop
+    if config.objective is None:
+        out["objective"] = recipe.objective
     if emit is not None:
-        from ..hardware import detect, mismatch_warning
+        _replay_notes(recipe, settings.provider if settings is not None else None, emit)
+    return replace(config, **out)
 
-        line = mismatch_warning(recipe.isa, detect(provider or "cpu"), "the recipe", recipe.target_cpu,
-                                advice="this replay judges it here, against the recipe's budget")
-        if line and not _saturation_free(recipe):
-            emit("note", {"message": line})
-    if emit is not None and provider and provider != recipe.provider:
+
+def _replay_notes(recipe: Recipe, provider: str | None, emit: Any) -> None:
+    """Say when the recipe was judged on another CPU kind (unless saturation-free) or another provider."""
+    from ..hardware import detect, mismatch_warning
+
+    line = mismatch_warning(recipe.isa, detect(provider or "cpu"), "the recipe", recipe.target_cpu,
+                            advice="this replay judges it here, against the recipe's budget")
+    if line and not _saturation_free(recipe):
+        emit("note", {"message": line})
+    if provider and provider != recipe.provider:
         emit("note", {"message": f"the recipe was made on provider {recipe.provider}; replaying on {provider} "
                                  "(--provider)"})
-    return out
 
 
 def _saturation_free(recipe: Recipe) -> bool:

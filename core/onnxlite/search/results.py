@@ -68,9 +68,9 @@ class LightenResult:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        from ..report.model import _jsonable
+        from ..report.model import jsonable
 
-        return _jsonable({
+        found: dict[str, Any] = jsonable({
             "output_dir": str(self.output_dir),
             "winner": self.winner.to_dict() if self.winner else None,
             "model": str(self.model_path) if self.model_path else None,
@@ -90,6 +90,7 @@ class LightenResult:
             "data": self.data,
             "seconds": self.seconds,
         })
+        return found
 
     def to_report(self) -> Any:
         return _report(self)
@@ -108,14 +109,14 @@ def candidate_row(result: TaskResult) -> CandidateRow:
     return row
 
 
-def _ratio(before: float | None, after: float | None) -> str:
+def ratio_text(before: float | None, after: float | None) -> str:
     """``3.15x smaller`` or ``1.01x larger`` (never "0.99x smaller")."""
     from ..report.text import size_change
 
     return size_change(before, after)
 
 
-def _speed(before: float, after: float) -> str:
+def speed_text(before: float, after: float) -> str:
     """``2.10x faster than``, ``1.23x slower than`` (never "0.81x faster") or ``the same speed as``."""
     from ..report.text import speed_change
 
@@ -123,10 +124,10 @@ def _speed(before: float, after: float) -> str:
     return "the same speed as" if change == "same speed" else change + " than"
 
 
-def _why_won(row: CandidateRow, baseline: CandidateRow, objective: str,
+def why_won(row: CandidateRow, baseline: CandidateRow, objective: str,
              fastest: CandidateRow | None = None) -> str:
     """Why ``row`` won, in the words of the rule that picked it (``objective`` is the deciding one)."""
-    figures = f"{_ratio(baseline.size_bytes, row.size_bytes)} and {_speed(baseline.p50, row.p50)} fp32"
+    figures = f"{ratio_text(baseline.size_bytes, row.size_bytes)} and {speed_text(baseline.p50, row.p50)} fp32"
     if objective != "latency":
         return f"smallest within budget: {figures}"
     if fastest is not None and fastest is not row:

@@ -15,17 +15,48 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..mixed_stage import MixedPlan
+    from .config import LightenConfig
+    from .context import SearchContext
+    from .quick import QuickTimes
+    from .results import CandidateRow, LightenResult
+    from .trials import TrialContext
 
 
-def best_so_far(rows: list[Any], quick: Any = None) -> Any:
+class SoFar(Protocol):
+    """What a search has so far, as Ctrl-C finds it: the rows judged, those settled while a stage ran, the
+    quick timing, and the trials' ledger."""
+
+    rows: list[CandidateRow]
+    settled: dict[str, CandidateRow]
+    quick: QuickTimes | None
+    trials: TrialContext
+
+    def emit(self, kind: str, info: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class LaterStages:
+    """What the stages after the option grids did: mixed precision's record and the fallback's (None: not
+    started), and the stages the time budget kept from starting."""
+
+    mixed: dict[str, Any] | None = None
+    partial: dict[str, Any] | None = None
+    skipped: tuple[str, ...] = field(default_factory=tuple)
+
+
+def best_so_far(rows: Sequence[CandidateRow], quick: QuickTimes | None = None) -> CandidateRow | None:
     """The candidate to keep when the search stops: within budget, fastest in the quick timing, else smallest."""
     passing = [r for r in rows if r.status in {"ok", "winner"} and r.path and os.path.exists(r.path)]
     if not passing:
         return None
-    ratios = getattr(quick, "ratios", None) or {}
+    ratios = quick.ratios if quick is not None else {}
     return min(passing, key=lambda r: (ratios.get(r.name, 1.0), r.size_bytes or 0))
 
 
@@ -40,14 +71,14 @@ def interrupted_dir(out: Path) -> Path:
 
 
 @contextlib.contextmanager
-def interrupted(state: Any, out: Path) -> Iterator[None]:
+def interrupted(state: SoFar, out: Path) -> Iterator[None]:
     """On Ctrl-C, keep the best candidate so far beside OUTDIR (never in it), then let the interrupt go on."""
     try:
         yield
     except KeyboardInterrupt:
-        rows = list(getattr(state, "rows", []))
-        rows += [r for r in getattr(state, "settled", {}).values() if r not in rows]
-        best = best_so_far(rows, getattr(state, "quick", None))
+        rows = list(state.rows)
+        rows += [r for r in state.settled.values() if r not in rows]
+        best = best_so_far(rows, state.quick)
         if best is not None:
             with contextlib.suppress(OSError):
                 kept = keep_best(best, state, interrupted_dir(out), rows)
@@ -56,13 +87,13 @@ def interrupted(state: Any, out: Path) -> Iterator[None]:
         raise
 
 
-def keep_best(best: Any, state: Any, folder: Path, rows: list[Any] | None = None) -> Path:
+def keep_best(best: CandidateRow, state: SoFar, folder: Path, rows: list[CandidateRow] | None = None) -> Path:
     """Write ``best``'s model and a note of the search so far into ``folder``, whole or not at all."""
     scratch = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
     scratch.mkdir(parents=True)
     try:
-        shutil.copyfile(best.path, scratch / "model.onnx")
-        ledger = state.trials.ledger.to_dict() if getattr(state, "trials", None) else {}
+        shutil.copyfile(str(best.path), scratch / "model.onnx")
+        ledger = state.trials.ledger.to_dict()
         note = {"interrupted": True, "best_so_far": best.to_dict(),
                 "note": "judged within budget but not benchmarked: the search was interrupted before its benchmark",
                 "candidates": [r.to_dict() for r in (rows if rows is not None else state.rows)], "trials": ledger}
@@ -74,43 +105,50 @@ def keep_best(best: Any, state: Any, folder: Path, rows: list[Any] | None = None
     return folder
 
 
-def later_stages(state: Any, workers: int | None, strategies: Any, partial: bool, max_float_nodes: int | None,
-                 search: bool) -> None:
+def later_stages(ctx: SearchContext, rows: Sequence[CandidateRow], quick: QuickTimes | None, config: LightenConfig,
+                 search: bool) -> LaterStages:
     """Mixed precision and the partial fallback, each only while the time budget lasts (a skipped one is noted)."""
-    budget = state.trials.budget
+    from ..mixed_stage import mixed_plan_for, mixed_stage
+    from .partial import fallback
+    from .quick import fast_enough
+
+    budget = ctx.trials.budget
     skipped = []
+    mixed = partial = None
     if search:
-        why = None if budget.spent() else _mixed_does_not_fit(state, strategies, workers)
+        plan = mixed_plan_for(ctx.fp32, config.strategies)
+        why = None if budget.spent() else _mixed_does_not_fit(ctx, plan, rows, config.workers)
         if not budget.spent() and why is None:
-            state.mixed_precision(workers, strategies)
-        elif _mixed_wanted(state, strategies):
+            mixed = mixed_stage(ctx, plan, config.workers)
+        elif plan.wanted:
             skipped.append("mixed precision")
-            state.evidence["mixed"] = {"tried": False, "reason": why or "the --time-budget was spent"}
-    if partial and search:
+            mixed = {"tried": False, "reason": why or "the --time-budget was spent"}
+    fast = fast_enough(quick, config.objective or "latency")
+    if config.partial and search:
         if not budget.spent():
-            state.partial_fallback(max_float_nodes, workers)
-        elif _fallback_wanted(state):
+            partial = fallback(ctx, rows, fast, config.max_float_nodes, config.workers)
+        elif _fallback_wanted(ctx, rows, fast):
             skipped.append("the partial fallback")
-    state.skipped_stages = skipped
+    return LaterStages(mixed, partial, tuple(skipped))
 
 
-def _mixed_does_not_fit(state: Any, strategies: Any, workers: int | None) -> str | None:
+def _mixed_does_not_fit(ctx: SearchContext, plan: MixedPlan, rows: Sequence[CandidateRow],
+                        workers: int | None) -> str | None:
     """Under a time budget, why mixed precision's sweep cannot fit in what is left (None: it may run).
 
     Its probes cost about what a candidate took (the median), as many at once as candidates ran.
     """
     import statistics
 
-    budget = state.trials.budget
-    if budget.seconds is None or not _mixed_wanted(state, strategies):
-        return None
-    from .evidence import mixed_nodes, mixed_probes
     from .tasks import default_workers
 
-    costs = [r.quantize_seconds for r in state.rows if r.quantize_seconds]
+    budget = ctx.trials.budget
+    if budget.seconds is None or not plan.wanted:
+        return None
+    costs = [r.quantize_seconds for r in rows if r.quantize_seconds]
     if not costs:
         return None
-    probes = len(mixed_probes(state.fp32, mixed_nodes(state.fp32)))
+    probes = len(plan.probes)
     parallel = workers or default_workers(0)
     need = probes * statistics.median(costs) / max(1, parallel)
     if need <= budget.left():
@@ -119,33 +157,18 @@ def _mixed_does_not_fit(state: Any, strategies: Any, workers: int | None) -> str
             f"{max(0.0, budget.left()):.0f} s of the --time-budget are left")
 
 
-def _mixed_wanted(state: Any, strategies: Any) -> bool:
-    from .evidence import mixed_candidates_wanted
-
-    return mixed_candidates_wanted(state, strategies)[0]
-
-
-def _fallback_wanted(state: Any) -> bool:
+def _fallback_wanted(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Callable[[CandidateRow], bool]) -> bool:
     """Whether the fallback would have had a base to repair (a skipped stage is news only then)."""
-    from ..registry import get_registry
-    from .candidates import exclude_option
-    from .partial import fallback_bases
-    from .quick import fast_enough
+    from .partial import can_exclude, fallback_bases
 
-    registry = get_registry()
-    primary = state.judge.primary
-    bases, _ = fallback_bases(state.rows, primary, state.judge.budgets.get(primary) or 0.0,
-                              lambda strategy: exclude_option(registry.get("quantizer", strategy).spec),
-                              state.evidence["rank_metric"],
-                              fast_enough(getattr(state, "quick", None), getattr(state, "objective", "latency")))
+    bases, _ = fallback_bases(rows, ctx.primary, ctx.budget, can_exclude, ctx.rank, fast)
     return bool(bases)
 
 
-def account(state: Any, result: Any) -> None:
-    """Say on ``result`` what the cache gave, what repeated, and what the time budget cut."""
-    ctx = getattr(state, "trials", None)
-    if ctx is None:
-        return
+def account(ctx: TrialContext, stages: Sequence[str], result: LightenResult,
+            emit: Callable[[str, Mapping[str, Any]], None]) -> None:
+    """Say on ``result`` what the cache gave, what repeated, and what the time budget cut (``stages``: those it
+    kept from starting)."""
     ledger = ctx.ledger.to_dict()
     result.settings["trials"] = ledger
     if ctx.budget.seconds is not None:
@@ -159,7 +182,6 @@ def account(state: Any, result: Any) -> None:
     if ledger["duplicates"]:
         notes.append(f"{ledger['duplicates']} candidate(s) or probe(s) repeated another and ran once")
     untried = ledger["untried"]
-    stages = getattr(state, "skipped_stages", [])
     if untried or stages:
         names = [u["name"] for u in untried]
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
@@ -168,7 +190,7 @@ def account(state: Any, result: Any) -> None:
         notes.append(f"the search was cut short by --time-budget ({ctx.budget.seconds:.0f} s): the best so far "
                      f"is shown; {left}")
         result.skipped.extend({"strategy": n, "reason": "not tried: the --time-budget was spent"} for n in names)
-        result.settings["cut_short"] = {"untried": names, "stages": stages}
+        result.settings["cut_short"] = {"untried": names, "stages": list(stages)}
     for note in notes:
         result.message += f"; {note}"
-        state.emit("note", {"message": note})
+        emit("note", {"message": note})

@@ -77,7 +77,7 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
     arrays |= {f"in_{i}": feeds[n] for i, n in enumerate(inputs)}
     if labels is not None:
         arrays["labels"] = np.asarray(labels)
-    np.savez(folder / "judge.npz", **arrays)
+    np.savez(folder / "judge.npz", **arrays)  # type: ignore[arg-type]  # numpy's stub: '**' read as allow_pickle
     whole = samples is None
     config = {"outputs": outputs, "inputs": inputs, "metrics": [m.key for m in judge.metrics],
               "primary": judge.primary, "budgets": judge.budgets, "batch_size": judge.batch_size,
@@ -234,7 +234,7 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
     # The child must see the same plugins and packages as this process.
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     pending = list(enumerate(tasks))
-    running: dict[int, tuple[subprocess.Popen, Mapping[str, Any], Path, Any, float]] = {}
+    running: dict[int, tuple[subprocess.Popen[bytes], Mapping[str, Any], Path, Any, float]] = {}
     try:
         while pending or running:
             while pending and len(running) < max(1, workers):

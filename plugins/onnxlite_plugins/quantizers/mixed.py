@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
+from onnxlite import Option, PerNodeSchemes, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 from onnxlite.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST, weighted_nodes  # noqa: F401  (re-exported)
 
 #: scheme -> (strategy, its options); the order is the order the steps run in
@@ -172,6 +172,9 @@ def register_quantizers():
                        multiple=True),
                 Option("default", str, "int8", "Scheme for the nodes not in assign.", choices=tuple(SCHEMES)),
             ),
+            # lighten's mixed-precision stage plans the assignment through these options (from weightonly's and
+            # dynamic's schemes, so both must be available)
+            per_node=PerNodeSchemes(assign="assign", default="default", composes=("weightonly", "dynamic")),
             # lighten builds assignments itself; a fixed grid point would only duplicate dynamic
             skip_reason=lambda model: "built by lighten's mixed-precision stage from a per-node sensitivity sweep",
         )
