@@ -426,3 +426,58 @@ def check_report_page(page: Path, tmp: Path, unit: str) -> None:
     unrounded = re.search(r".{0,40}\d\.0*[1-9]\d{6,}.{0,20}", text)          # 7+ significant digits
     assert not unrounded, unrounded.group(0)
     assert "{&quot;" not in dom.stdout and '{"' not in text and "recipe\nFalse" not in text   # no JSON settings
+
+
+class RecordingExecutor:
+    """The local executor, noting every task it ran, and reporting another CPU's speeds when given them.
+
+    ``speeds`` maps a candidate name prefix to its p50 over fp32's as recorded on that CPU (the longest
+    prefix that matches applies; a name matching none is timed for real).  The quick timing then says
+    those ratios, at ``fp32_ms`` per batch, and the final benchmark's latencies are fp32's, measured
+    here, times the ratio: the search decides as it would on that CPU, on this one's real accuracy.
+    """
+
+    name = "recording"
+
+    def __init__(self, speeds: dict[str, float] | None = None, fp32_ms: float = 40.0) -> None:
+        from onnxlite.executors.local import LocalExecutor
+
+        self.local = LocalExecutor()
+        self.speeds, self.fp32_ms = dict(speeds or {}), fp32_ms
+        self.ran: list[str] = []        # every task's candidate name, as it finished
+        self.timed: list[str] = []      # what the quick timing was asked about
+
+    def ratio(self, name: str) -> float | None:
+        found = [p for p in self.speeds if name.startswith(p)]
+        return self.speeds[max(found, key=len)] if found else None
+
+    def run_tasks(self, tasks, folder, workers=None, on_start=None, should_start=None):
+        for result in self.local.run_tasks(tasks, folder, workers, on_start=on_start, should_start=should_start):
+            self.ran.append(result.name)
+            yield result
+
+    def time_quickly(self, fp32, models, feeds, settings):
+        from onnxlite.search.quick import QuickTimes, time_quickly
+
+        self.timed += list(models)
+        real = {n: p for n, p in models.items() if self.ratio(n) is None}
+        found = time_quickly(fp32, real, feeds, settings) if real else QuickTimes()
+        recorded = {n: r for n in models if (r := self.ratio(n)) is not None}
+        return QuickTimes(dict(found.ratios) | recorded, self.fp32_ms if recorded else found.fp32_ms)
+
+    def bench(self, models, **options):
+        result = self.local.bench(models, **options)
+        base = result.rows[0]
+        for row in result.rows[1:]:
+            ratio = self.ratio(row.name)
+            if ratio is not None and row.status == "ok" and base.latency_ms:
+                row.latency_ms = {k: v * ratio for k, v in base.latency_ms.items()}
+                row.latencies_ms = [v * ratio for v in base.latencies_ms]
+                row.throughput = base.throughput / ratio if base.throughput else None
+        return result
+
+    def describe(self) -> dict[str, Any]:
+        return self.local.describe() | {"name": self.name, "recorded_speeds": self.speeds}
+
+    def close(self) -> None:
+        self.local.close()

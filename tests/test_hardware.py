@@ -343,3 +343,34 @@ def test_bench_records_the_cpu_and_warns_once_for_a_model_judged_elsewhere(tmp_p
     assert len(warnings) == 1 and "judged on avx512-vnni" in warnings[0], done.stderr
     payload = json.loads(done.stdout)
     assert payload["hardware"] == here.to_dict() and payload["settings"]["isa"] == "avx2"
+
+
+def test_a_plain_quantize_output_carries_the_isa_it_was_made_on(tmp_path, monkeypatch):
+    """``onnxlite quantize`` records the ISA in the model and its --json, as lighten does, so compare and bench on
+    a CPU whose int8 kernels answer differently warn about it; a saturation-free one says so and is not warned."""
+    import json
+
+    from click.testing import CliRunner
+
+    from onnxlite.cli import cli
+    from onnxlite.modelio import get_metadata, load_model
+
+    fp32 = small_matmul_model(tmp_path / "fp32.onnx")
+    as_detected(monkeypatch, "avx2")
+    made = {}
+    for name, options in (("u8s8", []), ("reduce_range", ["--option", "reduce_range=true"])):
+        made[name] = tmp_path / f"{name}.onnx"
+        done = CliRunner().invoke(cli, ["quantize", str(fp32), "-o", str(made[name]), "--json", *options])
+        assert done.exit_code == 0, done.output
+        payload = json.loads(done.stdout)
+        meta = get_metadata(load_model(made[name], load_external_data=False))
+        assert payload["hardware"]["isa"] == meta[hardware.ISA_KEY] == "avx2", (payload["hardware"], meta)
+        free = name == "reduce_range"
+        assert payload["details"]["int8_saturation_free"] is free and meta[hardware.PORTABLE_KEY] == str(free).lower()
+    shown = CliRunner().invoke(cli, ["quantize", str(fp32), "-o", str(tmp_path / "shown.onnx")])
+    assert shown.exit_code == 0 and "avx2 (U8S8 int8 kernels can saturate)" in shown.stdout, shown.output
+    # on a VNNI machine the U8S8 one is not the model it was on avx2; the 7-bit one is
+    here = as_detected(monkeypatch, "avx512-vnni")
+    warning = hardware.model_warning([made["u8s8"]], here)
+    assert warning and "u8s8.onnx was judged on avx2" in warning
+    assert hardware.model_warning([made["reduce_range"]], here) is None

@@ -2,19 +2,21 @@
 
 The rule is tested on recorded figures (the rows an AVX2 run of the README job produced: 4-bit weight-only
 lightest but slower than fp32, int8 smoothquant fast and just over budget, fp16 within budget but slower),
-so it holds whatever CPU runs the test; the quick timing itself is tested on a real model.
+so it holds whatever CPU runs the test; the quick timing itself is tested on a real model, and the whole
+search on a real model whose speeds the recording executor (tests/helpers.py) replays from that AVX2 run.
 """
 
 from __future__ import annotations
 
 import pytest
 
+import onnxlite
 from onnxlite.search.fallback_rule import fallback_base
 from onnxlite.search.partial import fallback_bases
 from onnxlite.search.quick import QuickTimes, fast_enough, time_quickly
 from onnxlite.search.results import CandidateRow
 
-from helpers import make_mlp
+from helpers import RecordingExecutor, make_mlp
 
 PRIMARY, BUDGET = "pooled.cosine_mean", 0.005
 FP32_BYTES = 90_000_000
@@ -118,3 +120,79 @@ def test_below_a_millisecond_the_quick_timing_does_not_choose_bases():
     tiny = QuickTimes(quick.ratios, fp32_ms=0.3)
     base, _ = fallback_base(rows, PRIMARY, BUDGET, _can_exclude, fast_enough(tiny, "latency"))
     assert base.name == "weightonly[bits=4]"
+
+
+def _widened_chain(path, layers: int = 16, width: int = 128, factor: float = 90.0, at: int = 6):
+    """``layers`` MatMuls (Tanh between them); before layer ``at`` a Mul widens channel 0 ``factor`` times and that
+    layer's weights scale it back, so in float nothing changes.
+
+    Dynamic int8 gives that layer's input one scale, set by the wide channel: the others lose their resolution
+    there and nowhere else, so keeping that one layer in float repairs it.  fp16 keeps everything; 4-bit
+    weights lose a little in every layer (activations stay float)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from conftest import save_graph
+
+    rng = np.random.default_rng(3)
+    widen = np.ones(width, np.float32)
+    widen[0] = factor
+    inits, nodes, x = [numpy_helper.from_array(widen, "widen")], [], "x"
+    for i in range(layers):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        if i == at:
+            w[0] /= factor
+            nodes.append(helper.make_node("Mul", [x, "widen"], ["widened"], name="widen"))
+            x = "widened"
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        out = "y" if i == layers - 1 else f"h{i}"
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [out], name=f"layer{i}"))
+        if i < layers - 1:
+            nodes.append(helper.make_node("Tanh", [out], [f"t{i}"], name=f"tanh{i}"))
+            x = f"t{i}"
+    graph = helper.make_graph(nodes, "widened_chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], inits)
+    return save_graph(graph, path)
+
+
+def test_a_whole_lighten_repairs_the_fast_int8_base_not_the_light_slow_4bit_one(tmp_path):
+    """Never ship a slower, larger winner while a >= 3x smaller candidate, faster than fp32, is one repair away.
+
+    A whole ``lighten`` on a real model, its accuracy measured here, its speeds an AVX2 machine's (the recording
+    executor replays them): fp16 within budget, 2x smaller, slower than fp32; 4-bit weight-only the lightest and
+    slower than fp32, within 3x of the budget; dynamic int8 fast and over budget, one float layer from it."""
+    from onnxlite.search.fallback_rule import fallback_base
+
+    executor = RecordingExecutor({"fp16": RECORDED["fp16"][3], "int4": RECORDED["weightonly[bits=4]"][3],
+                                  "dynamic": RECORDED["smoothquant"][3]})
+    model = _widened_chain(tmp_path / "chain.onnx")
+    result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["fp16", "int4", "dynamic"],
+                              metric="cosine_mean", max_drop="3%", runs=3, cache=False, executor=executor)
+    primary, budget = result.primary_metric, result.budgets[result.primary_metric]
+    fp32 = result.baseline.size_bytes
+    grid = [r for r in result.candidates if not r.keep_float]
+    by_strategy = {s: [r for r in grid if r.strategy == s] for s in ("fp16", "int4", "dynamic")}
+
+    # the premise, measured: (a) fp16 within budget and 2x smaller; (b) every 4-bit one over budget, the lightest
+    # of all and within 3x of the budget, so by size alone it would be the base; (c) every int8 one over budget
+    (fp16,) = by_strategy["fp16"]
+    assert fp16.status == "ok" and 1.9 < fp32 / fp16.size_bytes < 2.1, fp16
+    assert by_strategy["int4"] and all(r.over_budget for r in by_strategy["int4"] + by_strategy["dynamic"]), \
+        [(r.name, r.drops) for r in grid]
+    by_size, _ = fallback_base(grid, primary, budget, _can_exclude)
+    assert by_size.strategy == "int4" and by_size.drops[primary] <= 3 * budget, (by_size.name, by_size.drops)
+
+    # every candidate was timed quickly, and the recorded speeds were the ones used
+    assert sorted(executor.timed) == sorted(r.name for r in grid), executor.timed
+    assert result.evidence["quick_times"]["ratios"][fp16.name] > 1
+
+    # the int8 base was repaired, one or two layers in float; not one probe went to a 4-bit base
+    repairs = [n for n in executor.ran if "+" in n or "[only " in n]
+    assert repairs and all(n.startswith("dynamic") for n in repairs), repairs
+    assert result.partial and all(b.startswith("dynamic") for b in result.partial["bases"]), result.partial
+    winner = result.winner
+    assert winner is not None and winner.strategy == "dynamic" and 1 <= len(winner.keep_float) <= 2, result.message
+    assert "layer6" in winner.keep_float or "widen" in winner.keep_float, winner.keep_float
+    assert winner.drops[primary] <= budget and fp32 / winner.size_bytes >= 3
+    assert winner.p50 < result.baseline.p50 < fp16.p50

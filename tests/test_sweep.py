@@ -88,6 +88,8 @@ def test_lighten_arguments_split_the_session_settings(tmp_path):
     ("[defaults]\nsource = 'a.onnx'\n[[models]]\nsource = 'b.onnx'\n", "[defaults] cannot set source"),
     ("[[models]]\nsource = 'a.onnx'\ninputs = [1, 2]\n", "inputs must be a list of strings"),
     ("[[models]\nsource = 'a.onnx'\n", "not valid TOML"),
+    ("[defaults]\ntarget_cpu = 'avx3'\n[[models]]\nsource = 'a.onnx'\n", "[defaults]: target_cpu avx3: unknown CPU"),
+    ("[[models]]\nsource = 'a.onnx'\ntarget_cpu = 'pentium'\n", "model 'a': target_cpu pentium: unknown CPU kind"),
 ])
 def test_manifest_mistakes_are_one_line_naming_the_file(tmp_path, body, message):
     manifest = write(tmp_path / "zoo.toml", body)
@@ -215,3 +217,65 @@ def test_the_sweep_api_is_a_plain_function_that_its_package_never_hides():
     assert isinstance(onnxlite.sweep, types.FunctionType)
     assert onnxlite.sweep is onnxlite.sweeps.sweep
     assert onnxlite.sweeps.SweepResult.__module__ == "onnxlite.sweeps.outcome"
+
+
+def _tiny_matmul(path: Path) -> Path:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [weights])
+    return save_graph(graph, path)
+
+
+def _recipe_target(outdir: Path) -> str | None:
+    import tomllib
+
+    return tomllib.loads((outdir / "recipe.toml").read_text()).get("hardware", {}).get("target_cpu")
+
+
+def test_target_cpu_from_the_manifest_reaches_each_models_recipe(tmp_path):
+    import onnxlite
+
+    _tiny_matmul(tmp_path / "mm.onnx")
+    manifest = write(tmp_path / "zoo.toml", """
+        [defaults]
+        strategies = ["dynamic"]
+        metric = "y.cosine_min"
+        max_drop = "5%"
+        runs = 2
+        target_cpu = "avx2"
+        [[models]]
+        source = "mm.onnx"
+        [[models]]
+        name = "for-arm"
+        source = "mm.onnx"
+        target_cpu = "arm64"
+    """)
+    result = onnxlite.sweep(manifest, tmp_path / "out")
+    assert result.ok, [(m.name, m.message) for m in result.models]
+    assert _recipe_target(tmp_path / "out" / "mm") == "avx2"
+    assert _recipe_target(tmp_path / "out" / "for-arm") == "arm64"
+
+
+def test_sweep_target_cpu_flag_is_checked_first_and_wins_over_the_manifest(tmp_path):
+    _tiny_matmul(tmp_path / "mm.onnx")
+    manifest = write(tmp_path / "zoo.toml", """
+        [[models]]
+        source = "mm.onnx"
+        strategies = ["dynamic"]
+        metric = "y.cosine_min"
+        max_drop = "5%"
+        runs = 2
+        target_cpu = "arm64"
+    """)
+    command = [sys.executable, "-m", "onnxlite", "sweep", str(manifest), "-o", str(tmp_path / "out")]
+    bad = subprocess.run(command + ["--target-cpu", "avx3"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert bad.stderr.startswith("Error: --target-cpu avx3: unknown CPU kind") and "avx2" in bad.stderr
+    assert not (tmp_path / "out").exists()
+    good = subprocess.run(command + ["--target-cpu", "avx512-vnni"], capture_output=True, text=True, timeout=600)
+    assert good.returncode == 0, good.stderr
+    assert _recipe_target(tmp_path / "out" / "mm") == "avx512-vnni"

@@ -260,6 +260,17 @@ def options_of(spec: Any, options: Mapping[str, Any]) -> dict[str, Any]:
     return {o.name: o.default for o in getattr(spec, "options", ())} | dict(options)
 
 
+def saturation_free(spec: Any, options: Mapping[str, Any]) -> bool:
+    """The strategy's own word that these options cannot saturate (no word: it runs no int8 kernels)."""
+    check = getattr(spec, "saturation_free", None)
+    if check is None:
+        return True
+    try:
+        return bool(check(options_of(spec, options)))
+    except Exception:  # noqa: BLE001 - a third party's check must not stop the caller; unknown is not portable
+        return False
+
+
 def where_it_holds(here: Hardware, target: Hardware | None) -> str:
     """The verdict's last words: the ISA it was judged and timed on, and whether it holds on the target."""
     said = f"judged and timed on {here.isa} ({here.kernels})"

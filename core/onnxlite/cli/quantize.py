@@ -135,6 +135,9 @@ def _print_result(result) -> None:
                                        for k, v in result.options.items()) or "-")
     table.add_row("excluded nodes", ", ".join(result.excluded_nodes) or "none")
     table.add_row("time", f"{result.seconds:.2f} s")
+    if result.hardware:   # where it was made and smoke-checked; its metadata says the same
+        kernels = "U8S8 int8 kernels can saturate" if result.hardware.get("int8_saturates") else "int8 kernels exact"
+        table.add_row("made on", f"{result.hardware['isa']} ({kernels})")
     check = result.details.get("check")
     if check and check.get("ran"):
         cos = [v["cosine_min"] for v in check.get("outputs", {}).values()]

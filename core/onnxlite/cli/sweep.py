@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..hardware import TARGET_CHOICES
 from .common import json_option
 from .executor_options import executor_options
 
@@ -18,11 +19,14 @@ from .executor_options import executor_options
                    "(default: the manifest's [sweep] output, else MANIFEST-stem.sweep).")
 @click.option("--cpus-per-model", type=click.FloatRange(min=0.01), default=None,
               help="With ray: CPUs each model's lighten holds (default 1).")
+@click.option("--target-cpu", metavar="KIND", default=None,
+              help=f"The CPU every model will run on, when not this one ({', '.join(TARGET_CHOICES)}); "
+                   "over the manifest's target_cpu (see lighten --target-cpu).")
 @executor_options
 @click.option("--force", is_flag=True, help="Lighten every model again, replacing the OUTDIRs an earlier run left.")
 @json_option
-def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, force: bool, as_json: bool,
-          **executor: Any) -> None:
+def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, target_cpu: str | None, force: bool,
+          as_json: bool, **executor: Any) -> None:
     """Lighten every model listed in MANIFEST.toml.
 
     Each [[models]] entry names a source and any lighten option (data, metric,
@@ -30,8 +34,15 @@ def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, f
     run again keeps the models that finished and runs the rest.
     Exits 1 unless every model got a winner.
     """
+    from ..hardware import parse_target_cpu
+    from ..sweeps.manifest import override, read_manifest
     from ..sweeps.run import sweep as run_sweep
     from .common import console
+
+    parse_target_cpu(target_cpu)   # an unknown kind fails before the manifest is read or anything is written
+    plan = read_manifest(manifest)
+    if target_cpu is not None:
+        plan = override(plan, "target_cpu", target_cpu)
 
     err = console(stderr=True)
 
@@ -52,7 +63,7 @@ def sweep(manifest: str, output_dir: str | None, cpus_per_model: float | None, f
             style = {"lightened": "green", "no winner": "yellow"}.get(info["status"], "red")
             err.print(f"[{style}]{info['status']:>9}[/] {name}: {escape(info['message'][:160])}")
 
-    result = run_sweep(manifest, output_dir, cpus_per_model=cpus_per_model, force=force, on_event=event, **executor)
+    result = run_sweep(plan, output_dir, cpus_per_model=cpus_per_model, force=force, on_event=event, **executor)
     if as_json:
         from .common import emit_json
 

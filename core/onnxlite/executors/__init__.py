@@ -51,6 +51,9 @@ class Executor(Protocol):
         """:func:`onnxlite.bench` wherever this executor measures; ``settings["measured_on"]`` says where."""
         ...
 
+    # An executor may also have ``time_quickly(fp32, models, feeds, settings)`` returning
+    # :class:`~onnxlite.search.quick.QuickTimes` (the built-in ones do not: the search times in this process).
+
     def describe(self) -> dict[str, Any]:
         """What ran where, for the report."""
         ...

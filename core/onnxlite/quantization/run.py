@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import hardware
 from ..errors import OnnxliteError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class QuantizeResult:
     warnings: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None
+    #: the CPU it was made and smoke-checked on (:meth:`onnxlite.hardware.Hardware.to_dict`), also in its metadata
+    hardware: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
@@ -319,6 +322,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     how = QuantizeRun(**run)
     check, check_data, force, target_runtime = how.check, how.check_data, how.force, how.target_runtime
     runtime = parse_target(target_runtime) if target_runtime else None   # a bad value fails before any work
+    here = hardware.detect()
     source = check_exists(model)
     entry = get_strategy(strategy_name)
     spec: QuantizerSpec = entry.spec
@@ -390,6 +394,10 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
             samples = _check_samples(_load_check_data(check_data, proto) if check_data is not None else feeds, proto)
             details["check"] = smoke_check(source, produced, spec, warn, proto, samples=samples)
         metadata = {STRATEGY_KEY: spec.name, STRATEGY_OPTIONS_KEY: json.dumps(_plain_options(values), sort_keys=True)}
+        # the ISA, as lighten's model carries it: compare and bench on a CPU whose int8 kernels answer
+        # differently say so (onnxlite.hardware.model_warning) unless its int8 math cannot saturate
+        details["int8_saturation_free"] = hardware.saturation_free(spec, values)
+        metadata |= hardware.metadata(here, None, details["int8_saturation_free"])
         publish_model(produced, target, external_data=True if had_external else None, metadata=metadata,
                       runtime=runtime)
 
@@ -401,5 +409,5 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         excluded_nodes=list(outcome.excluded_nodes), seconds=round(seconds, 3),
         notes=([f"normalised first: {normalized['summary']}"] if normalized and normalized["summary"] else [])
         + list(outcome.notes),
-        warnings=warnings, details=details, source=source,
+        warnings=warnings, details=details, source=source, hardware=here.to_dict(),
     )

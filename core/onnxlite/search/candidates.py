@@ -120,16 +120,10 @@ def _fast_formats(provider: str) -> tuple[str, ...]:
 
 
 def int8_portable(spec: Any, options: Mapping[str, Any]) -> bool:
-    """The strategy's own word that these options cannot saturate (no word: it runs no int8 kernels)."""
-    check = getattr(spec, "saturation_free", None)
-    if check is None:
-        return True
-    from ..hardware import options_of
+    """The strategy's own word that these options cannot saturate (:func:`onnxlite.hardware.saturation_free`)."""
+    from ..hardware import saturation_free
 
-    try:
-        return bool(check(options_of(spec, options)))
-    except Exception:  # noqa: BLE001 - a third party's check must not stop the search; unknown is not portable
-        return False
+    return saturation_free(spec, options)
 
 
 def isa_grid(spec: Any, here: Hardware | None,

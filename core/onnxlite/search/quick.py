@@ -91,9 +91,10 @@ def quick_times(ctx: SearchContext, rows: Sequence[CandidateRow]) -> QuickTimes:
     size = max(1, min(32, samples, ctx.judge.batch_cap or samples))
     ctx.emit("stage", {"message": f"timing {len(rows)} candidate(s) quickly against fp32 on this machine "
                                   f"({QUICK_RUNS} runs each, batch {size})"})
+    # an executor may time them itself (where it benchmarks; a test's executor replays another CPU's figures)
+    timer = getattr(ctx.trials.executor, "time_quickly", None) or time_quickly
     try:
-        found = time_quickly(str(ctx.fp32), {r.name: str(r.path) for r in rows}, ctx.judge.first_feeds(size),
-                             ctx.settings)
+        found = timer(str(ctx.fp32), {r.name: str(r.path) for r in rows}, ctx.judge.first_feeds(size), ctx.settings)
     except Exception as exc:  # noqa: BLE001 - without quick figures the bases are chosen by size, as before
         ctx.emit("note", {"message": f"quick timing failed ({exc}); fallback bases chosen by size alone"})
         found = QuickTimes()

@@ -18,6 +18,7 @@
     data = "intent-heldout.npz"
     metric = "accuracy"
     max_drop = "2%"               # overrides the default
+    target_cpu = "avx2"           # the CPU kind it will run on (lighten --target-cpu); checked before any work
 
 Relative paths are taken from the manifest's folder, not the current one.
 """
@@ -39,7 +40,7 @@ LIGHTEN_KEYS: dict[str, tuple[type, ...]] = {
     "exporter": (str,), "max_drop": (str, float, int, dict), "metric": (str, list), "data": (str,),
     "data_options": (dict,), "calibration": (str,), "calibration_options": (dict,), "strategies": (list, str),
     "recipe": (str,), "objective": (str,), "batch": (int,), "runs": (int,), "workers": (int,), "partial": (bool,),
-    "max_float_nodes": (int,), "split": (float,),
+    "max_float_nodes": (int,), "split": (float,), "target_cpu": (str,),
     # the session, as lighten's --provider/--threads/... flags
     "provider": (str,), "threads": (int,), "graph_optimization": (str,), "execution_mode": (str,),
 }
@@ -122,6 +123,15 @@ def parse_manifest(doc: dict[str, Any], path: Path) -> Manifest:
     return Manifest(path=path, models=tuple(jobs), sweep=sweep, defaults=defaults)
 
 
+def override(plan: Manifest, option: str, value: Any) -> Manifest:
+    """``plan`` with lighten option ``option`` set to ``value`` for every model, over what the manifest says
+    (a command-line flag such as ``sweep --target-cpu``); checked as a manifest value is."""
+    from dataclasses import replace
+
+    _check(plan.path, "the command line", option, value, LIGHTEN_KEYS)
+    return replace(plan, models=tuple(replace(job, options=job.options | {option: value}) for job in plan.models))
+
+
 def _model_job(path: Path, base: Path, index: int, entry: dict[str, Any], defaults: dict[str, Any]) -> ModelJob:
     """One [[models]] entry, checked, with [defaults] under it and its paths taken from the manifest's folder."""
     where = f"[[models]] #{index}"
@@ -169,6 +179,10 @@ def _check(path: Path, where: str, key: str, value: Any, allowed: dict[str, tupl
         raise UsageError(f"{path}: {where}: {key} must be a list of strings, got {value!r}")
     if isinstance(value, int) and not isinstance(value, bool) and key not in {"opset"} and value < 1:
         raise UsageError(f"{path}: {where}: {key} must be at least 1, got {value}")
+    if key == "target_cpu":
+        from ..hardware import parse_target_cpu
+
+        parse_target_cpu(value, f"{path}: {where}: target_cpu")   # an unknown kind fails before any model runs
 
 
 def _unknown(path: Path, where: str, key: str, allowed: list[str]) -> None:
