@@ -10,7 +10,10 @@ because timings belong to the moment.
 Entries are written to a scratch folder and renamed into place, so a crash or a second
 process never leaves half an entry; an entry that cannot be read back whole (a missing file,
 broken JSON, a model whose hash differs from the one recorded) is a miss, never an error.
-Models with external data are not cached (their data file's name is written inside them).
+Models with external data (weights in a side file, as ``save_as_external_data`` writes them) are keyed
+on every byte they read, the .onnx file and each data file it names, and an entry holds both; a restored
+copy's data file is renamed after the copy (``<output>.data``), its references rewritten to match, so it
+never lands on another model's data file.
 """
 
 from __future__ import annotations
@@ -83,6 +86,13 @@ def file_hash(*paths: str | os.PathLike[str] | None) -> str:
     return digest.hexdigest()
 
 
+def model_hash(path: str | os.PathLike[str]) -> str:
+    """SHA-256 over all the bytes a model reads: the .onnx file, then each external-data file it names."""
+    from ..modelio import external_data_files
+
+    return file_hash(path, *external_data_files(path)) if os.path.exists(path) else file_hash(path)
+
+
 @dataclass(frozen=True)
 class CacheContext:
     """What every candidate of one search shares in its key (hashed once per search)."""
@@ -98,7 +108,7 @@ def context(model: str | os.PathLike[str], calibration: str | os.PathLike[str] |
             settings: Mapping[str, Any], runtime: str | None = None, isa: str | None = None) -> CacheContext:
     import onnxruntime
 
-    return CacheContext(file_hash(model), file_hash(calibration),
+    return CacheContext(model_hash(model), file_hash(calibration),
                         json.dumps(dict(settings), sort_keys=True, default=str),
                         runtime or onnxruntime.__version__, isa or isa_name())
 
@@ -136,11 +146,11 @@ class ResultCache:
         try:
             record = json.loads((entry / "result.json").read_text())
             model = entry / "model.onnx"
-            if file_hash(model) != record["model_sha256"]:
-                raise ValueError("the cached model differs from the one recorded")
+            if model_hash(model) != record["model_sha256"]:
+                raise ValueError("the cached model (or its external data) differs from the one recorded")
             result = TaskResult.from_dict(record["result"])
             Path(output).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(model, output)
+            _restore(model, Path(output))
         except (OSError, ValueError, KeyError, TypeError):
             self.misses += 1
             return None
@@ -150,7 +160,10 @@ class ResultCache:
 
     def put(self, key: str, result: TaskResult) -> bool:
         """Store an ``ok`` result and its model (atomically); False when it cannot or should not be cached."""
-        if result.status != "ok" or not result.path or not os.path.exists(result.path) or _external(result.path):
+        if result.status != "ok" or not result.path or not os.path.exists(result.path):
+            return False
+        data = _external(result.path)
+        if data is None:
             return False
         entry = self._entry(key)
         if entry.exists():
@@ -159,8 +172,10 @@ class ResultCache:
         try:
             scratch.mkdir(parents=True)
             shutil.copyfile(result.path, scratch / "model.onnx")
-            data = result.to_dict() | {"path": None}
-            record = {"model_sha256": file_hash(scratch / "model.onnx"), "result": data}
+            for location in data:   # beside it under the names it refers to, so model_hash reads the same bytes
+                shutil.copyfile(Path(result.path).parent / location, scratch / location)
+            record = {"model_sha256": model_hash(scratch / "model.onnx"), "external_data": data,
+                      "result": result.to_dict() | {"path": None}}
             (scratch / "result.json").write_text(json.dumps(record, default=str))
             entry.parent.mkdir(parents=True, exist_ok=True)
             os.rename(scratch, entry)   # atomic: another process's entry for the same key wins the race
@@ -175,14 +190,48 @@ class ResultCache:
                 "reused": list(self.hits)}
 
 
-def _external(path: str | os.PathLike[str]) -> bool:
-    """Whether the model keeps tensors in an external data file (such entries are not cached)."""
-    import onnx
-
+def _external(path: str | os.PathLike[str]) -> list[str] | None:
+    """The external-data files the model names, relative to it ([] for none); None when it cannot be cached:
+    unreadable, a data file missing, or one that is not a plain name beside it (an entry holds flat files)."""
     from ..modelio import read_header
 
     try:
         model = read_header(path)   # shared: the benchmark reads the same header
     except Exception:  # noqa: BLE001 - unreadable: not worth caching
-        return True
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+        return None
+    found = sorted(_locations(model))
+    folder = Path(path).parent
+    if any(Path(n).name != n or n in {"model.onnx", "result.json"} or not (folder / n).is_file() for n in found):
+        return None
+    return found
+
+
+def _locations(model: Any) -> set[str]:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return {e.value for t in _get_all_tensors(model) if uses_external_data(t) for e in t.external_data
+            if e.key == "location"}
+
+
+def _restore(model: Path, output: Path) -> None:
+    """Copy a cached model to ``output``; its external data to ``<output>.data`` (``.data1``... for more files),
+    the references rewritten, so the copy never takes another model's data file name in that folder."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    proto = onnx.load(str(model), load_external_data=False)
+    names = sorted(_locations(proto))
+    if not names:
+        shutil.copyfile(model, output)
+        return
+    renamed = {n: f"{output.name}.data{i or ''}" for i, n in enumerate(names)}
+    for tensor in _get_all_tensors(proto):
+        if uses_external_data(tensor):
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = renamed[entry.value]
+    for old, new in renamed.items():   # the data before the model that names it, as save_model does
+        shutil.copyfile(model.parent / old, output.parent / new)
+    scratch = output.with_name(f".{output.name}.{uuid.uuid4().hex[:8]}")
+    onnx.save(proto, str(scratch))
+    os.replace(scratch, output)

@@ -1,0 +1,95 @@
+"""The result cache covers models with external data (issue 24): keyed on every byte the model reads,
+both files stored and restored.  Real searches on a small MLP saved with ``save_as_external_data``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+import onnxlite
+from onnxlite.executors.local import LocalExecutor
+from onnxlite.modelio import external_data_files
+from onnxlite.search.cache import ResultCache, model_hash
+from onnxlite.search.tasks import TaskResult
+
+from helpers import make_mlp
+
+
+class _Seen(LocalExecutor):
+    """The local executor, noting the name of every task that reached it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def run_tasks(self, tasks, folder, workers=None, on_start=None, should_start=None):
+        self.names += [t["candidate"]["name"] for t in tasks]
+        return super().run_tasks(tasks, folder, workers, on_start, should_start)
+
+
+def _search(model: Path, out: Path, cache: Path, data: str, executor=None):
+    return onnxlite.lighten(str(model), out, strategies=["dynamic", "fp16"], max_drop="5%", metric="cosine_mean",
+                            runs=2, partial=False, data=data, cache_dir=cache, executor=executor)
+
+
+def _run(path: Path, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def test_a_model_with_external_data_hits_on_a_rerun_and_misses_when_its_data_changes(tmp_path):
+    model = make_mlp(tmp_path / "src" / "mlp.onnx", external=True)
+    assert external_data_files(model), "the test model must keep its weights in a side file"
+    rng = np.random.default_rng(0)
+    data = tmp_path / "held.npz"
+    np.savez(data, x=rng.standard_normal((96, 32)).astype(np.float32))
+    cache = tmp_path / "cache"
+
+    first = _search(model, tmp_path / "a", cache, str(data))
+    stored = first.settings["cache"]["stored"]
+    assert stored >= 2 and first.settings["cache"]["hits"] == 0, first.settings["cache"]
+    entries = [p for p in (cache / "v1").rglob("result.json")]
+    assert any(len(os.listdir(p.parent)) > 2 for p in entries), "no entry holds a model's external data file"
+
+    seen = _Seen()
+    again = _search(model, tmp_path / "b", cache, str(data), executor=seen)
+    assert seen.names == [] and again.settings["cache"]["hits"] == stored, (seen.names, again.settings["cache"])
+    # the same judgements (the winner may differ: two candidates this small tie on speed)
+    assert {r.name: r.drops for r in again.candidates} == {r.name: r.drops for r in first.candidates}
+    assert again.winner is not None and again.model_path is not None
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    assert _run(again.model_path, x).shape == (4, 8)   # published from the cache with its data file
+
+    # the same .onnx file, other weights in its data file: every candidate runs again
+    (side,) = external_data_files(model)
+    header = model.read_bytes()
+    side.write_bytes((np.frombuffer(side.read_bytes(), np.float32) * 1.5).astype(np.float32).tobytes())
+    assert model.read_bytes() == header   # only the data file changed
+    seen = _Seen()
+    changed = _search(model, tmp_path / "c", cache, str(data), executor=seen)
+    assert changed.settings["cache"]["hits"] == 0 and len(seen.names) >= 2, changed.settings["cache"]
+
+
+def test_a_restored_model_takes_its_own_data_file_name(tmp_path):
+    """Restored next to a model whose data file has the cached one's name, it leaves that file alone."""
+    source = make_mlp(tmp_path / "run1" / "candidate3.onnx", external=True)
+    (data_file,) = external_data_files(source)
+    cache = ResultCache(tmp_path / "cache")
+    result = TaskResult(name="dynamic", strategy="dynamic", options={}, keep_float=[], status="ok", path=str(source))
+    assert cache.put("k" * 64, result)
+
+    folder = tmp_path / "run2"
+    folder.mkdir()
+    bystander = folder / data_file.name
+    bystander.write_bytes(b"another candidate's weights")
+    hit = cache.get("k" * 64, folder / "candidate7.onnx")
+    assert hit is not None and hit.path == str(folder / "candidate7.onnx")
+    assert bystander.read_bytes() == b"another candidate's weights"
+    assert [p.name for p in external_data_files(hit.path)] == ["candidate7.onnx.data"]
+    x = np.ones((2, 32), np.float32)
+    np.testing.assert_array_equal(_run(Path(hit.path), x), _run(source, x))
+    assert model_hash(hit.path) != model_hash(source)   # a different name inside; the same weights
+    data_file.write_bytes(data_file.read_bytes()[::-1])
+    assert model_hash(source) != model_hash(tmp_path / "cache" / "nothing.onnx")
