@@ -5,7 +5,9 @@ its peak resident memory is its own.  After a warm-up the parent hands out
 turns A B A B ... until each model has its runs (or its time budget): a
 machine that heats up, throttles or gets busy affects all models alike
 instead of whichever happened to run last.  The order of turns is kept in
-``BenchResult.schedule``.
+``BenchResult.schedule``.  Given ``runs=(min, max)`` it stops between the two, once the p50s are
+stable within half the tie margin (:mod:`onnxlite.benchmark.stability`); ``settings["stopping"]``
+says how many runs were taken and why.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..figures import Figures, figures_of, row_dict
 from ..runtime import SessionSettings
-from .workers import MIN_TURNS, TURN_SECONDS, _WorkerProcess
+from .turns import measure_turns
+from .workers import _WorkerProcess
 
 if TYPE_CHECKING:
     import numpy as np
@@ -104,14 +107,17 @@ class BenchResult:
                 status = "reference"
             rows.append(ModelRow(name=row.name, path=row.path, op_count=row.op_count, status=status, note=row.note,
                                  **figures_of(row)))
+        from .stability import footnote
+
         settings = {"batch": self.batch, **({"seq_len": self.seq_len} if self.seq_len is not None else {}),
-                    **self.settings}
+                    **{k: v for k, v in self.settings.items() if k != "stopping"}}
         turns = len(self.schedule)
         order = " ".join(self.rows[i].name for i, _ in self.schedule[: 2 * len(self.rows)])
         notes = [
             f"Measured interleaved: {turns} turns ({order} ...), each model in its own process; "
             "the workers not taking their turn are paused (SIGSTOP), so none of their threads competes "
             "with the one being timed.",
+            *([line] if (line := footnote(self.settings.get("stopping"))) else []),
             "Latency is per batch of the given size; throughput is samples per second of one stream "
             "(batch / mean latency).",
             "Peak RSS is the whole worker process (Python and onnxruntime included); "
@@ -132,7 +138,8 @@ class BenchInputs:
     seed: int = 0
 
 
-def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int = 128, runs: int = 100,
+def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int = 128,
+          runs: int | tuple[int, int] = 100,
           warmup: int = 10, seconds: float | None = None, settings: SessionSettings | None = None, *,
           names: Sequence[str] | None = None, runs_per_turn: int | None = None, progress: Progress | None = None,
           **inputs: Any) -> BenchResult:
@@ -144,7 +151,10 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
     else they are generated from each model's input specs (``batch`` rows,
     ``seq_len`` on the other dynamic axes, later rows padded, drawn with ``seed``).
     ``seconds`` replaces ``runs``: each model is measured for about that
-    much running time.  ``progress(fraction, text)`` is called at each step and as turns finish.
+    much running time.  ``runs`` is a fixed count, or ``(min_runs, max_runs)``: at least ``min_runs`` per
+    model, then stop as soon as the p50s are stable (:mod:`onnxlite.benchmark.stability`), at ``max_runs``
+    at most; ``settings["stopping"]`` says how many were taken and why.
+    ``progress(fraction, text)`` is called at each step and as turns finish.
     """
     settings = settings or SessionSettings()
     unknown = sorted(set(inputs) - {f.name for f in fields(BenchInputs)})
@@ -152,6 +162,7 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
         raise TypeError(f"bench() got unexpected keyword argument(s): {', '.join(unknown)}")
     given = BenchInputs(**inputs)
     data, data_options, feeds, seed = given.data, given.data_options, given.feeds, given.seed
+    min_runs, runs = _counts(runs)
     _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn)
     from ..modelio import check_model, model_size, op_counts, read_header
     from ..runtime import resolve_providers
@@ -192,7 +203,8 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
                                         "settings": settings.to_dict()}, row.path)
                 row.worker_pid, row.load_seconds = reply["pid"], reply["load_seconds"]
                 row.baseline_rss_bytes, row.providers = reply["baseline_rss_bytes"], reply["providers"]
-            _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress)
+            stopping = measure_turns(workers, rows, (min_runs, runs), warmup, seconds, runs_per_turn, schedule,
+                                     progress)
             for worker, row in zip(workers, rows):
                 if worker.alive:
                     row.peak_rss_bytes = worker.request({"cmd": "stats"}, row.path)["peak_rss_bytes"]
@@ -206,9 +218,22 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
 
     generated = data is None and feeds is None
     uses_seq = generated and any(has_sequence_axis(specs_from_onnx(p)) for p in protos)
+    described = _describe(settings, runs, warmup, seconds, data, feeds is not None, paths)
+    if stopping:
+        described["stopping"] = stopping
     return BenchResult(rows=rows, schedule=schedule, batch=batch, seq_len=seq_len if uses_seq else None,
-                       settings=_describe(settings, runs, warmup, seconds, data, feeds is not None, paths),
-                       hardware=detect(settings.provider).to_dict())
+                       settings=described, hardware=detect(settings.provider).to_dict())
+
+
+def _counts(runs: int | tuple[int, int]) -> tuple[int, int]:
+    """``runs`` as (min, max): an int is a fixed count; a min above the max is the max."""
+    if isinstance(runs, int):
+        return runs, runs
+    if not (isinstance(runs, tuple) and len(runs) == 2 and all(isinstance(r, int) for r in runs)):
+        raise UsageError(f"runs: expected a count or (min_runs, max_runs), got {runs!r}")
+    if runs[0] < 1:
+        raise UsageError(f"--min-runs: must be a positive integer, got {runs[0]!r}")
+    return min(runs), runs[1]
 
 
 def _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn) -> None:
@@ -311,73 +336,6 @@ def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_f
         "python": platform.python_version(),
         **measured_here(paths, settings.provider),
     }
-
-
-def _warm_up(workers, rows, warmup, progress) -> list[float | None]:
-    """Warm each worker up; each one's median warm-up latency in seconds (None without warm-up or on failure)."""
-    estimates: list[float | None] = []
-    for worker, row in zip(workers, rows):
-        if not warmup:
-            estimates.append(None)
-            continue
-        if progress:
-            progress(0.0, f"warming up {row.name}")
-        reply = worker.timed_turn(warmup)
-        if not reply["ok"]:
-            _fail(row, worker, reply["error"])
-            estimates.append(None)
-            continue
-        lat = sorted(reply["latencies_ms"])
-        estimates.append(lat[len(lat) // 2] / 1e3)
-    return estimates
-
-
-def _measure(workers, rows, runs, warmup, seconds, runs_per_turn, schedule, progress) -> None:
-    estimates = _warm_up(workers, rows, warmup, progress)
-
-    def turn_size(estimate: float | None) -> int:
-        if runs_per_turn:
-            return runs_per_turn
-        n = max(1, round(TURN_SECONDS / estimate)) if estimate else 1
-        return n if seconds else min(n, max(1, math.ceil(runs / MIN_TURNS)))
-
-    per_turn = [turn_size(e) for e in estimates]
-    done = [0] * len(rows)
-    spent = [0.0] * len(rows)
-
-    def remaining(i: int) -> bool:
-        if rows[i].status == "failed":
-            return False
-        return spent[i] < seconds * 1e3 if seconds else done[i] < runs
-
-    def fraction() -> float:
-        live = [i for i in range(len(rows)) if rows[i].status != "failed"] or [0]
-        if seconds:
-            return min(1.0, sum(min(spent[i] / (seconds * 1e3), 1.0) for i in live) / len(live))
-        return sum(min(done[i], runs) for i in live) / (runs * len(live))
-
-    while any(remaining(i) for i in range(len(rows))):
-        for i, (worker, row) in enumerate(zip(workers, rows)):
-            if not remaining(i):
-                continue
-            n = per_turn[i] if seconds else min(per_turn[i], runs - done[i])
-            reply = worker.timed_turn(n)
-            if not reply["ok"]:
-                _fail(row, worker, reply["error"])
-                continue
-            row.latencies_ms.extend(reply["latencies_ms"])
-            # Keep sizing turns from the latest one (the warm-up's estimate may be missing or from cold runs).
-            per_turn[i] = turn_size(sorted(reply["latencies_ms"])[n // 2] / 1e3)
-            done[i] += n
-            spent[i] += sum(reply["latencies_ms"])
-            schedule.append((i, n))
-            if progress:
-                progress(fraction(), f"measuring {row.name}")
-
-
-def _fail(row: BenchRow, worker: _WorkerProcess, error: str) -> None:
-    row.status, row.note = "failed", error
-    worker.close()
 
 
 def _summarize(row: BenchRow, batch: int) -> None:

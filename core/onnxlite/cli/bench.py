@@ -14,7 +14,10 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
 @click.command(short_help="Latency, throughput, memory and size of ONNX models, interleaved.")
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--runs", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Timed runs per model (after the warm-up).")
+              help="Timed runs per model at most (after the warm-up); fewer once the p50s are stable.")
+@click.option("--min-runs", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Timed runs per model at least, before the p50s may be judged stable (stable: none moved by "
+                   "more than 1.5% over the last 3 rounds). Give --min-runs equal to --runs for a fixed count.")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Measure each model for about this many seconds of running time instead of --runs.")
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True,
@@ -34,7 +37,8 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
               help="Write report.html, report.json and report.md into this folder.")
 @session_options
 @json_option
-def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: int, batch: int, seq_len: int,
+def bench(models: tuple[Path, ...], runs: int, min_runs: int, seconds: float | None, warmup: int, batch: int,
+          seq_len: int,
           data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None,
           report_dir: Path | None, provider: str,
           threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
@@ -44,13 +48,15 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
     process, and compared with the first: size ratio, speedup, memory ratio.
     """
     from ..benchmark.bench import bench as run_bench
+    from ..benchmark.stability import footnote
     from ..report.files import write_report
     from ..report.text import render_table
 
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
     err = console(stderr=True)
     with _progress(err, enabled=is_tty()) as update:
-        result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=runs, warmup=warmup, seconds=seconds,
+        result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=(min_runs, runs),
+                           warmup=warmup, seconds=seconds,
                            settings=settings, data=data, data_options=option_pairs(data_options, "--data-option"),
                            names=list(names) or None, progress=update)
     warn_isa(result.settings)
@@ -64,6 +70,9 @@ def bench(models: tuple[Path, ...], runs: int, seconds: float | None, warmup: in
     else:
         out = console()
         out.print(render_table(report, width=out.width))
+        line = footnote(result.settings.get("stopping"))
+        if line:
+            out.print(line, markup=False, highlight=False)
         if written:
             out.print(f"Report: {written['html']} (and report.json, report.md)")
     failed = [r for r in result.rows if r.status == "failed"]

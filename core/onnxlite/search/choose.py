@@ -6,13 +6,16 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..benchmark.stability import TIE_MARGIN
+
 if TYPE_CHECKING:
     from .results import CandidateRow
     pass
 
 
 #: p50 latencies within this fraction (or the measured spread, if larger) tie; then the smaller model wins
-LATENCY_TIE = 0.03
+#: (one constant with the benchmark's stopping rule, which stops once the p50s move by less than half of it)
+LATENCY_TIE = TIE_MARGIN
 
 
 #: when speed cannot decide, candidates more than this much slower than fp32 (or the noise margin, if larger)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import hardware, placement, runtime_compat
+from ..benchmark.stability import SEARCH_MIN_RUNS
 from ..errors import UsageError
 from ..figures import MEASURED, copy_figures
 from ..report.text import size_change, speed_change
@@ -247,10 +248,13 @@ class _Search:
         self.emit("stage",
                   {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
         models = [self.baseline] + survivors
-        result = self.env.executor.bench([r.path for r in models], feeds=feeds, runs=runs, warmup=3,
-                                     settings=self.settings, names=[r.name for r in models],
-                                     progress=lambda frac, text: self.emit("bench", {"fraction": frac, "text": text}))
+        # runs is the most: the benchmark stops once the p50 ratios against fp32 are stable (benchmark.stability)
+        result = self.env.executor.bench([r.path for r in models], feeds=feeds, runs=(SEARCH_MIN_RUNS, runs),
+                                         warmup=3, settings=self.settings, names=[r.name for r in models],
+                                         progress=lambda frac, text: self.emit("bench", {"fraction": frac, "text": text}))
         self.measured_on = {k: result.settings[k] for k in ("measured_on", "bench_node") if k in result.settings}
+        if "stopping" in result.settings:
+            self.measured_on["bench_stopping"] = result.settings["stopping"]
         for row, measured in zip(models, result.rows):
             copy_figures(measured, row, *MEASURED)
             if measured.status != "ok" and row is not self.baseline:
