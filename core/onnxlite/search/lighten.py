@@ -251,7 +251,7 @@ class _Search:
         # runs is the most: the benchmark stops once the p50 ratios against fp32 are stable (benchmark.stability)
         result = self.env.executor.bench([r.path for r in models], feeds=feeds, runs=(SEARCH_MIN_RUNS, runs),
                                          warmup=3, settings=self.settings, names=[r.name for r in models],
-                                         progress=lambda frac, text: self.emit("bench", {"fraction": frac, "text": text}))
+                                         progress=lambda f, text: self.emit("bench", {"fraction": f, "text": text}))
         self.measured_on = {k: result.settings[k] for k in ("measured_on", "bench_node") if k in result.settings}
         if "stopping" in result.settings:
             self.measured_on["bench_stopping"] = result.settings["stopping"]
