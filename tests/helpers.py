@@ -481,3 +481,19 @@ class RecordingExecutor:
 
     def close(self) -> None:
         self.local.close()
+
+
+def SeenExecutor():  # noqa: N802 - builds an executor; a class in the body keeps onnxlite's executors lazy
+    """The local executor (warm workers), noting in ``.names`` the name of every task that reached it."""
+    from onnxlite.executors.local import LocalExecutor
+
+    class Seen(LocalExecutor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def run_tasks(self, tasks, folder, workers=None, on_start=None, should_start=None):
+            self.names += [t["candidate"]["name"] for t in tasks]
+            return super().run_tasks(tasks, folder, workers, on_start, should_start)
+
+    return Seen()

@@ -10,24 +10,11 @@ import numpy as np
 import onnxruntime as ort
 
 import onnxlite
-from onnxlite.executors.local import LocalExecutor
 from onnxlite.modelio import external_data_files
 from onnxlite.search.cache import ResultCache, model_hash
 from onnxlite.search.tasks import TaskResult
 
-from helpers import make_mlp
-
-
-class _Seen(LocalExecutor):
-    """The local executor, noting the name of every task that reached it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def run_tasks(self, tasks, folder, workers=None, on_start=None, should_start=None):
-        self.names += [t["candidate"]["name"] for t in tasks]
-        return super().run_tasks(tasks, folder, workers, on_start, should_start)
+from helpers import SeenExecutor, make_mlp
 
 
 def _search(model: Path, out: Path, cache: Path, data: str, executor=None):
@@ -53,7 +40,7 @@ def test_a_model_with_external_data_hits_on_a_rerun_and_misses_when_its_data_cha
     entries = [p for p in (cache / "v1").rglob("result.json")]
     assert any(len(os.listdir(p.parent)) > 2 for p in entries), "no entry holds a model's external data file"
 
-    seen = _Seen()
+    seen = SeenExecutor()
     again = _search(model, tmp_path / "b", cache, str(data), executor=seen)
     assert seen.names == [] and again.settings["cache"]["hits"] == stored, (seen.names, again.settings["cache"])
     # the same judgements (the winner may differ: two candidates this small tie on speed)
@@ -67,7 +54,7 @@ def test_a_model_with_external_data_hits_on_a_rerun_and_misses_when_its_data_cha
     header = model.read_bytes()
     side.write_bytes((np.frombuffer(side.read_bytes(), np.float32) * 1.5).astype(np.float32).tobytes())
     assert model.read_bytes() == header   # only the data file changed
-    seen = _Seen()
+    seen = SeenExecutor()
     changed = _search(model, tmp_path / "c", cache, str(data), executor=seen)
     assert changed.settings["cache"]["hits"] == 0 and len(seen.names) >= 2, changed.settings["cache"]
 

@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 
 import onnxlite
-from onnxlite.executors.local import LocalExecutor
 
 from conftest import make_plugin_dist
-from helpers import make_mlp, tree
+from helpers import SeenExecutor, make_mlp, tree
 
 SEGFAULTS = '''
 import ctypes
@@ -41,16 +40,6 @@ def register_quantizers():
 '''
 
 
-class _Seen(LocalExecutor):
-    """The local executor (warm workers), noting the name of every task that reached it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def run_tasks(self, tasks, folder, workers=None, on_start=None, should_start=None):
-        self.names += [t["candidate"]["name"] for t in tasks]
-        return super().run_tasks(tasks, folder, workers, on_start, should_start)
 
 
 def _data(folder: Path, seed: int = 0, count: int = 96) -> str:
@@ -113,7 +102,7 @@ def test_two_identical_candidates_run_once(tmp_path):
     tasks = [{"candidate": c.to_dict(), "model": str(model), "output": str(tmp_path / f"c{i}.onnx"),
               "calibration": None, "check_data": None, "judge": str(judge_dir), "settings": {}}
              for i, c in enumerate((plain, twin, other))]
-    seen = _Seen()
+    seen = SeenExecutor()
     try:
         ctx = make_context(seen, lambda *_: None, model, None, {}, None, False, TimeBudget())
         results = run_trials(ctx, [plain, twin, other], tasks, 1, tmp_path / "tasks")
@@ -136,7 +125,7 @@ def test_the_cache_hits_on_a_rerun_and_misses_when_an_input_changes(tmp_path, mo
     ran = first.settings["cache"]["stored"]
     assert ran >= 2 and first.settings["cache"]["hits"] == 0, first.settings["cache"]
 
-    seen = _Seen()
+    seen = SeenExecutor()
     again = _lighten(model, tmp_path / "b", data=data, cache_dir=cache, executor=seen)
     assert seen.names == [] and again.settings["cache"]["hits"] == ran, (seen.names, again.settings["cache"])
     assert "from the cache" in again.message
@@ -145,7 +134,7 @@ def test_the_cache_hits_on_a_rerun_and_misses_when_an_input_changes(tmp_path, mo
     assert again.winner.latency_ms and again.winner.latency_ms != first.winner.latency_ms   # benchmarked afresh
 
     def misses(**changed) -> int:
-        seen = _Seen()
+        seen = SeenExecutor()
         result = _lighten(changed.pop("model", model), tmp_path / f"run{len(os.listdir(tmp_path))}",
                           cache_dir=cache, executor=seen, **({"data": data} | changed))
         assert result.settings["cache"]["hits"] == 0, (changed, result.settings["cache"])
@@ -187,7 +176,7 @@ def test_a_corrupt_cache_entry_is_a_miss_not_a_crash(tmp_path):
     for result_file in cache.rglob("result.json"):
         if result_file.parent != entries[0].parent:
             result_file.write_text("{ broken")
-    seen = _Seen()
+    seen = SeenExecutor()
     again = _lighten(model, tmp_path / "b", cache_dir=cache, executor=seen)
     assert again.settings["cache"]["hits"] == 0 and len(seen.names) == first.settings["cache"]["stored"]
     assert again.winner is not None and again.winner.name == first.winner.name
