@@ -150,7 +150,9 @@ def mlp_pair(tmp_path_factory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("stability")
     rng = np.random.default_rng(0)
-    width, nodes, inits, prev = 512, [], [], "x"
+    # ~1 ms per fp32 batch: at tens of microseconds (width 512, batch 16) the scheduler's jitter was most of
+    # every run, and the full run's own ratio was only known to within ~3%
+    width, nodes, inits, prev = 1024, [], [], "x"
     for i in range(3):
         inits.append(numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width))
                                              .astype(np.float32), f"w{i}"))
@@ -171,15 +173,19 @@ def test_real_runs_stop_within_the_tie_margin_of_the_full_run(mlp_pair):
     rule; and a live run that may stop early reports the runs it took in the JSON and the footnote."""
     import onnxlite
 
-    full = onnxlite.bench(list(mlp_pair), batch=16, runs=150, warmup=3)   # an int: a fixed count
+    full = onnxlite.bench(list(mlp_pair), batch=64, runs=150, warmup=3)   # an int: a fixed count
     assert full.settings["stopping"]["reason"].startswith("fixed count")
     assert [r.runs for r in full.rows] == [150, 150]
     recorded = [r.latencies_ms for r in full.rows]
     rows, stopping, _ = replay(recorded, 10, 150)
     full_ratio = full.rows[1].latency_ms["p50"] / full.rows[0].latency_ms["p50"]
-    assert abs(ratio(rows) / full_ratio - 1) < TIE_MARGIN, stopping
+    # The rule promises the early ratio within the tie margin of the true one; the full run's ratio is itself
+    # an estimate of it, known to within its own 95% interval (on a loaded CI machine that was 1-4%, and a
+    # 3.3% gap failed a bare TIE_MARGIN bound once), so the two may differ by the margin plus that interval.
+    full_interval = Stability(10, 150).uncertainty(recorded, [True, True])
+    assert abs(ratio(rows) / full_ratio - 1) < TIE_MARGIN + full_interval, (stopping, full_interval)
 
-    live = onnxlite.bench(list(mlp_pair), batch=16, runs=(10, 150), warmup=3)
+    live = onnxlite.bench(list(mlp_pair), batch=64, runs=(10, 150), warmup=3)
     record = live.to_dict(latencies=False)["settings"]["stopping"]
     assert record["runs_taken"] == [r.runs for r in live.rows]
     assert all(10 <= r.runs <= 150 for r in live.rows)
