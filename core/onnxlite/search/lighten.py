@@ -157,7 +157,7 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
             search.later = later_stages(search.ctx, search.rows, search.quick, config, chosen is None)
             search.benchmark(config.batch, config.runs)
         result = search.finish(out, chosen)
-        account(trials, search.later.skipped, result, emit)
+        account(trials, search.later, result, emit)
         result.seconds = round(time.perf_counter() - started, 1)
         publish(result, out, work, search.recipe(result), source, env.target, isa)
     emit("done", {"message": result.message})
