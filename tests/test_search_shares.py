@@ -62,3 +62,40 @@ def test_a_sweep_cut_by_its_share_plans_from_what_it_measured(tmp_path, monkeypa
         for node, scheme in round_["plan"].items():
             assert scheme == "float" or math.isfinite(sensitivity[node][scheme]), round_
     assert (tmp_path / "cut" / "recipe.toml").is_file()
+
+
+@pytest.mark.unit
+def test_the_final_benchmark_takes_its_least_runs_only_once_the_budget_is_spent():
+    from onnxlite.benchmark.stability import SEARCH_MIN_RUNS
+    from onnxlite.search.stopping import final_runs
+
+    assert final_runs(TimeBudget(None), 40) == (40, None)
+    assert final_runs(TimeBudget(3600.0), 40) == (40, None)
+    spent = TimeBudget(1.0, started=0.0)
+    runs, note = final_runs(spent, 40)
+    assert runs == SEARCH_MIN_RUNS and note is not None and f"{SEARCH_MIN_RUNS} runs per model" in note
+    assert final_runs(spent, SEARCH_MIN_RUNS - 2) == (SEARCH_MIN_RUNS - 2, None)   # already fewer: left alone
+
+
+def test_past_the_time_budget_the_benchmark_takes_its_least_runs(tmp_path):
+    """The final benchmark's --runs is a most; once the --time-budget is spent it takes only the least (10)."""
+    from onnxlite.benchmark.stability import SEARCH_MIN_RUNS
+
+    from helpers import make_mlp
+
+    model = make_mlp(tmp_path / "mlp.onnx")
+    cache = tmp_path / "cache"
+    options = {"strategies": ["dynamic"], "max_drop": "5%", "metric": "cosine_mean", "partial": False,
+               "runs": 40, "cache_dir": cache}
+    whole = onnxlite.lighten(str(model), tmp_path / "warm", **options)   # fills the cache: the cut run has a winner
+    assert whole.evidence["bench_stopping"]["max_runs"] == 40 and "the least" not in whole.message
+    cut = onnxlite.lighten(str(model), tmp_path / "cut", time_budget="0.01s", **options)
+    assert cut.winner is not None and cut.winner.latency_ms, cut.message
+    stopping = cut.evidence["bench_stopping"]
+    assert stopping["max_runs"] == SEARCH_MIN_RUNS and stopping["runs_taken"] == [SEARCH_MIN_RUNS] * 2, stopping
+    assert f"benchmarked with {SEARCH_MIN_RUNS} runs per model, the least" in cut.message
+    # the report says the runs taken as a sentence; the figures are in the JSON's evidence, not its settings
+    assert cut.settings["bench_runs"].startswith(f"{SEARCH_MIN_RUNS} timed runs per model")
+    assert "bench_stopping" not in cut.settings
+    report = (tmp_path / "cut" / "report.md").read_text()
+    assert f"{SEARCH_MIN_RUNS} timed runs per model" in report

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .context import SearchContext
     from .quick import QuickTimes
     from .results import CandidateRow, LightenResult
-    from .trials import TrialContext
+    from .trials import TimeBudget, TrialContext
 
 
 class SoFar(Protocol):
@@ -163,6 +163,19 @@ def _mixed_does_not_fit(ctx: SearchContext, plan: MixedPlan, rows: Sequence[Cand
         return None
     return (f"its share of the --time-budget ({share:.0f} s, {MIXED_SHARE:.0%} of what is left) fits {fit} of its "
             f"{probes} probes ({each:.1f} s each, {parallel} at once)")
+
+
+def final_runs(budget: TimeBudget, runs: int) -> tuple[int, str | None]:
+    """The most runs per model the final benchmark may take: ``runs``, or only its least
+    (:data:`~onnxlite.benchmark.stability.SEARCH_MIN_RUNS`) once the --time-budget is spent, with the note
+    that says so (None when ``runs`` stands).  On the README job under ``--time-budget 2m`` the benchmark of
+    six MiniLMs at 20 runs each was most of the overrun."""
+    from ..benchmark.stability import SEARCH_MIN_RUNS
+
+    if not budget.spent() or runs <= SEARCH_MIN_RUNS:
+        return runs, None
+    return SEARCH_MIN_RUNS, (f"benchmarked with {SEARCH_MIN_RUNS} runs per model, the least, as the --time-budget "
+                             "was spent")
 
 
 def _fallback_wanted(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Callable[[CandidateRow], bool]) -> bool:
