@@ -207,3 +207,16 @@ def test_cli_min_runs(mlp_pair):
     assert "timed runs per model" in table.stdout
     bad = run_cli("bench", str(mlp_pair[0]), "--min-runs", "0")
     assert bad.returncode == 2 and "--min-runs" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_runs_as_a_list_is_min_and_max(mlp_pair):
+    """A manifest or JSON gives (min, max) as a list: the same as the tuple; anything else is one clear error."""
+    import onnxlite
+    from onnxlite.errors import UsageError
+
+    fixed = onnxlite.bench(list(mlp_pair), batch=16, runs=[12, 12], warmup=1)
+    assert fixed.settings["stopping"]["runs_taken"] == [12, 12] and not fixed.settings["stopping"]["stopped_early"]
+    over = onnxlite.bench([mlp_pair[0]], batch=16, runs=[30, 8], warmup=1)   # a least over the most is the most
+    assert over.settings["stopping"]["runs_taken"] == [8]
+    with pytest.raises(UsageError, match="runs: expected a count or"):
+        onnxlite.bench([mlp_pair[0]], batch=16, runs=[5], warmup=1)

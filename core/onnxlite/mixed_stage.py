@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .search.context import SearchContext
+    from .search.trials import TimeBudget
     from .specs import QuantizerSpec
 
 #: the most probe models the sweep runs unless the strategy is named in --strategies
@@ -71,13 +72,15 @@ def mixed_plan_for(model: Any, strategies: Sequence[str] | None) -> MixedPlan:
 
 
 def mixed_probes(model: Any, nodes: Mapping[str, int]) -> list[tuple[str, str]]:
-    """(node, scheme) pairs worth measuring: block schemes only where MatMulNBits can take the node."""
+    """(node, scheme) pairs worth measuring, heaviest node first: block schemes only where MatMulNBits can take
+    the node."""
     import onnx
 
     from .mixed_plan import LIGHTEST_FIRST, weighted_nodes
 
     eligible = weighted_nodes(onnx.load(str(model), load_external_data=False))
-    return [(n, s) for n in nodes for s in LIGHTEST_FIRST if s != "float" and n in eligible[s]]
+    heaviest = sorted(nodes, key=lambda n: -nodes[n])   # a sweep cut by its time share measured what weighs most
+    return [(n, s) for n in heaviest for s in LIGHTEST_FIRST if s != "float" and n in eligible[s]]
 
 
 def mixed_nodes(model: Any) -> dict[str, int]:
@@ -94,15 +97,18 @@ def mixed_nodes(model: Any) -> dict[str, int]:
     return {n.name: int(math.prod(dims.get(n.input[1], [0]))) for n in proto.graph.node if n.name in names}
 
 
-def mixed_stage(ctx: SearchContext, plan: MixedPlan, workers: int | None) -> dict[str, Any]:
-    """Sweep every node x scheme, plan under the budget, then judge the plan (promoting its worst node if need be).
+def mixed_stage(ctx: SearchContext, plan: MixedPlan, workers: int | None, share: TimeBudget) -> dict[str, Any]:
+    """Sweep every node x scheme within its time ``share`` (:func:`onnxlite.search.shares.mixed_share`), plan
+    under the budget from what was measured, then judge the plan (promoting its worst node if need be).
 
-    Returns the stage's record (``tried``, ``sensitivity``, ``rounds``); the plans judged are rows of the table.
+    Returns the stage's record (``tried``, ``sensitivity``, ``rounds``, ``sweep``: the share and what it
+    measured); the plans judged are rows of the table.
     """
     from . import mixed_plan
     from .mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST
     from .search.candidates import Candidate, candidate_name
     from .search.context import probe_drop
+    from .search.shares import MIXED_SWEEP, sweep_record
 
     if plan.spec is None or plan.spec.per_node is None or plan.reason:
         return {"tried": False, "reason": plan.reason}
@@ -113,13 +119,19 @@ def mixed_stage(ctx: SearchContext, plan: MixedPlan, workers: int | None) -> dic
 
     rank = ctx.primary
     probes = [Candidate(f"{strategy}[{n}={s}]", strategy, options("float", (f"{n}={s}",))) for n, s in plan.probes]
-    # measured on the select part's judge: the samples confirming the plan never reach its probes
-    results = ctx.probe(probes, workers, "mixed precision: per-node sensitivity", judge=ctx.select_judge())
+    # measured on the select part's judge: the samples confirming the plan never reach its probes; no probe
+    # starts once the share is spent, and one not measured is infinitely bad (its node stays float)
+    before = len(ctx.trials.ledger.trials)
+    results = ctx.probe(probes, workers, MIXED_SWEEP, judge=ctx.select_judge(), until=share)
+    sweep = sweep_record(share, ctx.trials.ledger.trials[before:], ctx.trials.budget.seconds is not None)
+    if "note" in sweep:
+        ctx.emit("note", {"message": sweep["note"]})
     sensitivity: dict[str, dict[str, float]] = {n: {} for n in plan.nodes}
     for (node, scheme), result in zip(plan.probes, results):
         sensitivity[node][scheme] = probe_drop(result, rank)
     chosen = mixed_plan.plan(sensitivity, plan.nodes, ctx.budget, LIGHTEST_FIRST, BYTES_PER_WEIGHT)
-    record: dict[str, Any] = {"tried": True, "rank_metric": rank, "sensitivity": sensitivity, "rounds": []}
+    record: dict[str, Any] = {"tried": True, "rank_metric": rank, "sensitivity": sensitivity, "rounds": [],
+                              "sweep": sweep}
     for _round in range(MIXED_ROUNDS):
         if all(s == "float" for s in chosen.values()):
             break

@@ -139,7 +139,7 @@ class BenchInputs:
 
 
 def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int = 128,
-          runs: int | tuple[int, int] = 100,
+          runs: int | tuple[int, int] | list[int] = 100,
           warmup: int = 10, seconds: float | None = None, settings: SessionSettings | None = None, *,
           names: Sequence[str] | None = None, runs_per_turn: int | None = None, progress: Progress | None = None,
           **inputs: Any) -> BenchResult:
@@ -151,9 +151,10 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
     else they are generated from each model's input specs (``batch`` rows,
     ``seq_len`` on the other dynamic axes, later rows padded, drawn with ``seed``).
     ``seconds`` replaces ``runs``: each model is measured for about that
-    much running time.  ``runs`` is a fixed count, or ``(min_runs, max_runs)``: at least ``min_runs`` per
-    model, then stop as soon as the p50s are stable (:mod:`onnxlite.benchmark.stability`), at ``max_runs``
-    at most; ``settings["stopping"]`` says how many were taken and why.
+    much running time.  ``runs`` is a fixed count, or ``(min_runs, max_runs)`` (a two-item list too, as a
+    manifest or JSON gives it): at least ``min_runs`` per model, then stop as soon as the p50s are stable
+    (:mod:`onnxlite.benchmark.stability`), at ``max_runs`` at most; ``settings["stopping"]`` says how many
+    were taken and why.
     ``progress(fraction, text)`` is called at each step and as turns finish.
     """
     settings = settings or SessionSettings()
@@ -225,15 +226,15 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
                        settings=described, hardware=detect(settings.provider).to_dict())
 
 
-def _counts(runs: int | tuple[int, int]) -> tuple[int, int]:
+def _counts(runs: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     """``runs`` as (min, max): an int is a fixed count; a min above the max is the max."""
     if isinstance(runs, int):
         return runs, runs
-    if not (isinstance(runs, tuple) and len(runs) == 2 and all(isinstance(r, int) for r in runs)):
+    if not (isinstance(runs, (tuple, list)) and len(runs) == 2 and all(isinstance(r, int) for r in runs)):
         raise UsageError(f"runs: expected a count or (min_runs, max_runs), got {runs!r}")
     if runs[0] < 1:
         raise UsageError(f"--min-runs: must be a positive integer, got {runs[0]!r}")
-    return min(runs), runs[1]
+    return min(runs[0], runs[1]), runs[1]
 
 
 def _check_args(models, batch, seq_len, runs, warmup, seconds, names, runs_per_turn) -> None:

@@ -16,8 +16,9 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
 @click.option("--runs", type=click.IntRange(min=1), default=100, show_default=True,
               help="Timed runs per model at most (after the warm-up); fewer once the p50s are stable.")
 @click.option("--min-runs", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Timed runs per model at least, before the p50s may be judged stable (stable: none moved by "
-                   "more than 1.5% over the last 3 rounds). Give --min-runs equal to --runs for a fixed count.")
+              help="Timed runs per model at least, before the p50s may be judged stable (each ratio to the first "
+                   "model moved less than 1.5% over the last 3 rounds, and its 95% interval is that narrow). "
+                   "Give --min-runs equal to --runs for a fixed count.")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Measure each model for about this many seconds of running time instead of --runs.")
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True,
@@ -38,8 +39,7 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
 @session_options
 @json_option
 def bench(models: tuple[Path, ...], runs: int, min_runs: int, seconds: float | None, warmup: int, batch: int,
-          seq_len: int,
-          data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None,
+          seq_len: int, data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None,
           report_dir: Path | None, provider: str,
           threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
     """Latency, throughput, load time, memory, size and op count of one or more ONNX models.
@@ -55,10 +55,10 @@ def bench(models: tuple[Path, ...], runs: int, min_runs: int, seconds: float | N
     settings = session_settings(provider, threads, graph_optimization, execution_mode)
     err = console(stderr=True)
     with _progress(err, enabled=is_tty()) as update:
-        result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=(min_runs, runs),
-                           warmup=warmup, seconds=seconds,
-                           settings=settings, data=data, data_options=option_pairs(data_options, "--data-option"),
-                           names=list(names) or None, progress=update)
+        result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=(min_runs, runs), warmup=warmup,
+                           seconds=seconds, settings=settings, data=data,
+                           data_options=option_pairs(data_options, "--data-option"), names=list(names) or None,
+                           progress=update)
     warn_isa(result.settings)
     report = result.to_report(title)
     written = write_report(report, report_dir) if report_dir else {}

@@ -40,8 +40,8 @@ from .executor_options import executor_from, executor_options
 @click.option("--batch", type=click.IntRange(min=1), default=None,
               help="Batch size for the benchmark (default: 32, or fewer if the held-out data is smaller).")
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Timed runs per model at most in the final benchmark; it stops after 10 once the p50 ratios "
-                   "against fp32 are stable (none moved by more than 1.5% over 3 rounds).")
+              help="Timed runs per model at most in the final benchmark; it may stop after 10, once the p50 ratios "
+                   "against fp32 are stable (moved less than 1.5% over 3 rounds, 95% intervals that narrow).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Candidates quantized at once (default: bounded by cores and memory).")
 @click.option("--no-partial", is_flag=True, help="Do not fall back to partial quantization when nothing fits.")

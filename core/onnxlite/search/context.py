@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .candidates import Candidate
     from .results import CandidateRow
     from .tasks import TaskResult
-    from .trials import TrialContext
+    from .trials import TimeBudget, TrialContext
 
 Event = Callable[[str, Mapping[str, Any]], None]
 #: judge candidates like any candidate (``workers``, candidates): their rows join the table
@@ -62,10 +62,11 @@ class SearchContext:
         return self.judge.budgets.get(self.judge.primary) or 0.0
 
     def probe(self, candidates: Sequence[Candidate], workers: int | None, what: str,
-              judge: Path | None = None) -> list[TaskResult]:
+              judge: Path | None = None, until: TimeBudget | None = None) -> list[TaskResult]:
         """Quantize and judge ``candidates`` like any candidate, without adding them to the rows.
 
-        ``judge`` is the folder of the judge they get instead of the search's (the fallback's: the select part's).
+        ``judge`` is the folder of the judge they get instead of the search's (the fallback's: the select part's);
+        ``until`` the stage's time share (:mod:`onnxlite.search.shares`): no probe starts once it is spent.
         """
         from .trials import run_trials, untried_result
 
@@ -73,7 +74,8 @@ class SearchContext:
         tasks = [self.task(c, offset + i) | ({"judge": str(judge)} if judge else {}) for i, c in enumerate(candidates)]
         self.emit("stage", {"message": f"{what}: {len(tasks)} probe model(s)"})
         # through the trials: a probe repeating a candidate, or cached from an earlier run, is not run again
-        found = run_trials(self.trials, candidates, tasks, workers, self.work / "probes", stage=f"probes: {what}")
+        found = run_trials(self.trials, candidates, tasks, workers, self.work / "probes", stage=f"probes: {what}",
+                           until=until)
         results = [r if r is not None else untried_result(c) for c, r in zip(candidates, found)]
         self.probed.extend(results)
         return results

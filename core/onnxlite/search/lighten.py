@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import hardware, placement, runtime_compat
-from ..benchmark.stability import SEARCH_MIN_RUNS
+from ..benchmark.stability import SEARCH_MIN_RUNS, footnote
 from ..errors import UsageError
 from ..figures import MEASURED, copy_figures
 from ..report.text import size_change, speed_change
@@ -39,7 +39,7 @@ from .config import DEFAULT_MAX_DROP, LightenConfig
 from .outdir import publish
 from .recipes import Recipe, effective_options, recipe_candidate, record
 from .results import CandidateRow, LightenResult, ratio_text, speed_text, why_won
-from .stopping import LaterStages, account, interrupted, later_stages
+from .stopping import LaterStages, account, final_runs, interrupted, later_stages
 
 if TYPE_CHECKING:
     from .candidates import Candidate, Skipped
@@ -157,7 +157,7 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
             search.later = later_stages(search.ctx, search.rows, search.quick, config, chosen is None)
             search.benchmark(config.batch, config.runs)
         result = search.finish(out, chosen)
-        account(trials, search.later.skipped, result, emit)
+        account(trials, search.later, result, emit)
         result.seconds = round(time.perf_counter() - started, 1)
         publish(result, out, work, search.recipe(result), source, env.target, isa)
     emit("done", {"message": result.message})
@@ -186,6 +186,7 @@ class _Search:
         self.later = LaterStages()
         self.bench_batch: int | None = None
         self.measured_on: dict[str, Any] = {}
+        self.bench_stopping: dict[str, Any] | None = None   # the final benchmark's runs taken and why
         self.ctx: SearchContext = SearchContext(ref.fp32, env.work, env.settings, ref.judge, ref.judge_dir, trials,
                                                 env.emit, self._task, self.run_candidates, ref.setup.rank_metric)
 
@@ -248,13 +249,19 @@ class _Search:
         self.emit("stage",
                   {"message": f"benchmarking {len(survivors)} candidate(s) and fp32 interleaved (batch {size})"})
         models = [self.baseline] + survivors
-        # runs is the most: the benchmark stops once the p50 ratios against fp32 are stable (benchmark.stability)
+        # runs is the most: the benchmark stops once the p50 ratios against fp32 are stable (benchmark.stability);
+        # past the --time-budget it takes only the least
+        runs, note = final_runs(self.trials.budget, runs)
+        if note:
+            self.notes.append(note)
+            self.emit("note", {"message": note})
         result = self.env.executor.bench([r.path for r in models], feeds=feeds, runs=(SEARCH_MIN_RUNS, runs),
                                          warmup=3, settings=self.settings, names=[r.name for r in models],
                                          progress=lambda f, text: self.emit("bench", {"fraction": f, "text": text}))
         self.measured_on = {k: result.settings[k] for k in ("measured_on", "bench_node") if k in result.settings}
-        if "stopping" in result.settings:
-            self.measured_on["bench_stopping"] = result.settings["stopping"]
+        if "stopping" in result.settings:   # the runs taken and why: a sentence for the report, figures in the JSON
+            self.measured_on["bench_runs"] = footnote(result.settings["stopping"])
+            self.bench_stopping = result.settings["stopping"]
         for row, measured in zip(models, result.rows):
             copy_figures(measured, row, *MEASURED)
             if measured.status != "ok" and row is not self.baseline:
@@ -321,7 +328,8 @@ class _Search:
             message = no_winner_message(self.rows, self.baseline.size_bytes,
                                         bool((self.later.partial or {}).get("tried")), self.notes)
         quick = self.quick.to_dict() | {"objective": objective} if self.quick is not None and self.quick.batch else None
-        stages = {"grids": self.grids, "quick_times": quick, "mixed": self.later.mixed}
+        stages = {"grids": self.grids, "quick_times": quick, "mixed": self.later.mixed,
+                  "bench_stopping": self.bench_stopping}
         return LightenResult(
             output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows,
             skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],

@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .shares import MIXED_MIN_PROBES, MIXED_SHARE, MIXED_SWEEP_STAGE, mixed_seconds, mixed_share
+
 if TYPE_CHECKING:
     from ..mixed_stage import MixedPlan
     from .config import LightenConfig
     from .context import SearchContext
     from .quick import QuickTimes
     from .results import CandidateRow, LightenResult
-    from .trials import TrialContext
+    from .trials import TimeBudget, TrialContext
 
 
 class SoFar(Protocol):
@@ -44,11 +46,13 @@ class SoFar(Protocol):
 @dataclass(frozen=True)
 class LaterStages:
     """What the stages after the option grids did: mixed precision's record and the fallback's (None: not
-    started), and the stages the time budget kept from starting."""
+    started), the stages the time budget kept from starting, and what the verdict should say of them
+    (a sweep cut at its time share)."""
 
     mixed: dict[str, Any] | None = None
     partial: dict[str, Any] | None = None
     skipped: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def best_so_far(rows: Sequence[CandidateRow], quick: QuickTimes | None = None) -> CandidateRow | None:
@@ -119,7 +123,8 @@ def later_stages(ctx: SearchContext, rows: Sequence[CandidateRow], quick: QuickT
         plan = mixed_plan_for(ctx.fp32, config.strategies)
         why = None if budget.spent() else _mixed_does_not_fit(ctx, plan, rows, config.workers)
         if not budget.spent() and why is None:
-            mixed = mixed_stage(ctx, plan, config.workers)
+            # the sweep's own clock, a share of what is left now: the search's budget is never changed
+            mixed = mixed_stage(ctx, plan, config.workers, mixed_share(budget))
         elif plan.wanted:
             skipped.append("mixed precision")
             mixed = {"tried": False, "reason": why or "the --time-budget was spent"}
@@ -129,14 +134,16 @@ def later_stages(ctx: SearchContext, rows: Sequence[CandidateRow], quick: QuickT
             partial = fallback(ctx, rows, fast, config.max_float_nodes, config.workers)
         elif _fallback_wanted(ctx, rows, fast):
             skipped.append("the partial fallback")
-    return LaterStages(mixed, partial, tuple(skipped))
+    notes = (mixed["sweep"]["note"],) if mixed and "note" in mixed.get("sweep", {}) else ()
+    return LaterStages(mixed, partial, tuple(skipped), notes)
 
 
 def _mixed_does_not_fit(ctx: SearchContext, plan: MixedPlan, rows: Sequence[CandidateRow],
                         workers: int | None) -> str | None:
-    """Under a time budget, why mixed precision's sweep cannot fit in what is left (None: it may run).
+    """Under a time budget, why mixed precision's sweep cannot start (None: it may run, within its share).
 
-    Its probes cost about what a candidate took (the median), as many at once as candidates ran.
+    Its probes cost about what a candidate took (the median), as many at once as candidates ran; a share
+    that fits fewer than :data:`MIXED_MIN_PROBES` of them (or all of them, when there are fewer) is too small.
     """
     import statistics
 
@@ -150,11 +157,25 @@ def _mixed_does_not_fit(ctx: SearchContext, plan: MixedPlan, rows: Sequence[Cand
         return None
     probes = len(plan.probes)
     parallel = workers or default_workers(0)
-    need = probes * statistics.median(costs) / max(1, parallel)
-    if need <= budget.left():
+    share, each = mixed_seconds(budget), statistics.median(costs)
+    fit = int(share * max(1, parallel) // max(each, 1e-3))
+    if fit >= min(probes, MIXED_MIN_PROBES):
         return None
-    return (f"its {probes} probes need about {need:.0f} s ({statistics.median(costs):.1f} s each, {parallel} at once); "
-            f"{max(0.0, budget.left()):.0f} s of the --time-budget are left")
+    return (f"its share of the --time-budget ({share:.0f} s, {MIXED_SHARE:.0%} of what is left) fits {fit} of its "
+            f"{probes} probes ({each:.1f} s each, {parallel} at once)")
+
+
+def final_runs(budget: TimeBudget, runs: int) -> tuple[int, str | None]:
+    """The most runs per model the final benchmark may take: ``runs``, or only its least
+    (:data:`~onnxlite.benchmark.stability.SEARCH_MIN_RUNS`) once the --time-budget is spent, with the note
+    that says so (None when ``runs`` stands).  On the README job under ``--time-budget 2m`` the benchmark of
+    six MiniLMs at 20 runs each was most of the overrun."""
+    from ..benchmark.stability import SEARCH_MIN_RUNS
+
+    if not budget.spent() or runs <= SEARCH_MIN_RUNS:
+        return runs, None
+    return SEARCH_MIN_RUNS, (f"benchmarked with {SEARCH_MIN_RUNS} runs per model, the least, as the --time-budget "
+                             "was spent")
 
 
 def _fallback_wanted(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Callable[[CandidateRow], bool]) -> bool:
@@ -165,14 +186,16 @@ def _fallback_wanted(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Cal
     return bool(bases)
 
 
-def account(ctx: TrialContext, stages: Sequence[str], result: LightenResult,
+def account(ctx: TrialContext, later: LaterStages, result: LightenResult,
             emit: Callable[[str, Mapping[str, Any]], None]) -> None:
-    """Say on ``result`` what the cache gave, what repeated, and what the time budget cut (``stages``: those it
-    kept from starting)."""
+    """Say on ``result`` what the later stages noted (``later.notes``: said as they happened), what the cache
+    gave, what repeated, and what the time budget cut (``later.skipped``: the stages it kept from starting)."""
     ledger = ctx.ledger.to_dict()
     result.settings["trials"] = ledger
     if ctx.budget.seconds is not None:
         result.settings["time_budget_seconds"] = ctx.budget.seconds
+    result.message += "".join(f"; {note}" for note in later.notes)   # emitted by their stage already
+    stages = later.skipped
     notes = []
     if ctx.cache is not None:
         result.settings["cache"] = ctx.cache.describe()
@@ -181,7 +204,8 @@ def account(ctx: TrialContext, stages: Sequence[str], result: LightenResult,
                          f"({ctx.cache.folder}); timings measured afresh")
     if ledger["duplicates"]:
         notes.append(f"{ledger['duplicates']} candidate(s) or probe(s) repeated another and ran once")
-    untried = ledger["untried"]
+    # probes the sweep's own time share left unmeasured are said by its note, not as a search cut short
+    untried = [u for u in ledger["untried"] if u["stage"] != MIXED_SWEEP_STAGE]
     if untried or stages:
         names = [u["name"] for u in untried]
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")

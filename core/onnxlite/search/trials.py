@@ -211,20 +211,23 @@ def _progress(ctx: TrialContext, stage: str, total: int, cached: int,
 
 
 def _run_rest(ctx: TrialContext, batch: _Batch, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
-              workers: int | None, folder: Path, stage: str, finished: Callable[[TaskResult, str], None]) -> None:
-    """The executor runs what is left, starting nothing once the time budget is spent; new results are cached."""
+              workers: int | None, folder: Path, stage: str, finished: Callable[[TaskResult, str], None],
+              until: TimeBudget | None = None) -> None:
+    """The executor runs what is left, starting nothing once the time budget (or the stage's share, ``until``)
+    is spent; new results are cached."""
     by_name = {candidates[i].name: i for i in batch.todo}
+    clocks = [b for b in (ctx.budget, until) if b is not None and b.seconds is not None]
 
     def on_start(task: Mapping[str, Any]) -> None:
         ctx.emit("candidate_start", {"name": task["candidate"]["name"]})
 
     options: dict[str, Any] = {"on_start": on_start}
-    if ctx.budget.seconds is not None and _accepts(ctx.executor.run_tasks, "should_start"):
-        options["should_start"] = lambda _t: not ctx.budget.spent()
+    if clocks and _accepts(ctx.executor.run_tasks, "should_start"):
+        options["should_start"] = lambda _t: not any(b.spent() for b in clocks)
     # candidates are judged on a few confirm samples first (search.pruning); probes and repairs in full
     prune = {"prune": PRUNE_SAMPLES} if stage == "candidates" and ctx.prune else {}
     run = [dict(tasks[i]) | prune for i in batch.todo]
-    if run and not ctx.budget.spent():
+    if run and not any(b.spent() for b in clocks):
         for result in ctx.executor.run_tasks(run, folder, workers, **options):
             at = by_name.get(result.name)
             if at is None:
@@ -258,11 +261,13 @@ def _fill_repeats(ctx: TrialContext, batch: _Batch, candidates: Sequence[Candida
 
 def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
                workers: int | None, folder: Path, stage: str = "candidates",
-               on_result: Callable[[TaskResult, dict[str, Any]], None] | None = None) -> list[TaskResult | None]:
+               on_result: Callable[[TaskResult, dict[str, Any]], None] | None = None,
+               until: TimeBudget | None = None) -> list[TaskResult | None]:
     """Each candidate's result, in order (None for one the time budget left untried).
 
     ``on_result`` gets each result as it is settled (cached or run) with the progress (``done``, ``total``,
-    ``eta_seconds``); without it a ``probe_done`` event says the same.
+    ``eta_seconds``); without it a ``probe_done`` event says the same.  ``until``: the stage's own time share
+    (:mod:`onnxlite.search.shares`), a clock apart from the search's: nothing starts once either is spent.
     """
     batch = _sort_out(ctx, candidates, tasks, stage)
     total = len(candidates) - len(batch.repeats)
@@ -273,7 +278,7 @@ def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequen
     for result in batch.results:
         if result is not None:
             finished(result, "cached")
-    _run_rest(ctx, batch, candidates, tasks, workers, folder, stage, finished)
+    _run_rest(ctx, batch, candidates, tasks, workers, folder, stage, finished, until)
     _fill_repeats(ctx, batch, candidates, stage)
     return batch.results
 
