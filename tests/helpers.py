@@ -497,3 +497,38 @@ def SeenExecutor():  # noqa: N802 - builds an executor; a class in the body keep
             return super().run_tasks(tasks, folder, workers, on_start, should_start)
 
     return Seen()
+
+
+def fragile_digits(folder: Path) -> tuple[Any, Path, Path, np.ndarray, Path]:
+    """(net, its ONNX export, calibration npz, test images, its state dict file) of a digits CNN
+    (``export_models.py:DigitsNet``) trained a few seconds, then made fragile: each of c2's output channels gets
+    one weight of +-50 on an input it never sees lit (a corner), so per-channel int8 rounds the weights that
+    matter to a grid of 0.39 and static int8 loses answers.  Calibration: digits 1200-1399; test: the last
+    397, never calibrated, trained or checked on."""
+    import torch
+    from sklearn import datasets
+
+    export_models = load_script("tests/export_models.py")
+    digits = datasets.load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[:, None]
+    torch.manual_seed(0)
+    net = export_models.DigitsNet()
+    optim = torch.optim.Adam(net.parameters(), lr=3e-3)
+    x, y = torch.from_numpy(images[:1200]), torch.from_numpy(digits.target[:1200])
+    for _ in range(6):
+        for start in range(0, 1200, 64):
+            optim.zero_grad()
+            torch.nn.functional.cross_entropy(net(x[start:start + 64]), y[start:start + 64]).backward()
+            optim.step()
+    net.eval()
+    with torch.no_grad():
+        net.c2.weight[:, :, 0, 0] = 0
+        net.c2.weight[:, 0, 0, 0] = 50.0 * torch.sign(torch.randn(16))
+    path = folder / "digits.onnx"
+    torch.onnx.export(net, (x[:2],), str(path), input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "b"}, "logits": {0: "b"}}, opset_version=17, dynamo=False)
+    calibration = folder / "calibration.npz"
+    np.savez(calibration, x=images[1200:1400])
+    weights = folder / "digits.pt"
+    torch.save(net.state_dict(), weights)
+    return net, path, calibration, images[1400:], weights

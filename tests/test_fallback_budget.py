@@ -117,6 +117,24 @@ def test_the_sensitivity_sweep_is_bounded_by_the_models_cost(tmp_path, monkeypat
     assert result.winner is not None and result.winner.keep_float == ["F2"], result.message
 
 
+def test_a_qdq_bases_sweep_is_compare_per_nodes_measurement(tmp_path):
+    """On a QDQ base (static) the sweep takes compare --per-node's 'alone' drops (per_node.drops_alone): every
+    node the base quantized is measured with its own Q/DQ kept, and nothing is quantized again for it."""
+    model = misleading_model(tmp_path / "misleading.onnx")
+    data = tmp_path / "data.npz"
+    np.savez(data, x=np.random.default_rng(1).standard_normal((200, 128)).astype(np.float32))
+    messages = []
+    result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["static"], data=str(data),
+                              metric="cosine_mean", max_drop="1%", runs=2, max_float_nodes=1, cache=False,
+                              on_event=lambda kind, info: messages.append(info.get("message", "")))
+    done = result.partial
+    assert done["ranked_by"].startswith("per-node drops, as compare --per-node"), done
+    assert done["sweep_budget"]["measured"] == done["sweep_budget"]["nodes"] == len(done["sweep"]) > 1, done
+    drops = [e["drop"] for e in done["sweep"]]
+    assert drops == sorted(drops, reverse=True) and all(np.isfinite(drops)), done["sweep"]
+    assert not [m for m in messages if m.startswith("sensitivity sweep of") and "probe model" in m], messages
+
+
 @pytest.mark.parametrize("seconds", [partial.FALLBACK_SECONDS, 0.0])
 def test_near_equal_bases_are_tried_in_turn_while_time_allows(tmp_path, monkeypatch, seconds):
     """dynamic's grid points are near-equal int8 models within 3x of a 10% budget, and keeping the node

@@ -53,6 +53,21 @@ def test_fragile_node_ranks_first(fragile):
     assert rank_nodes(model, quantized, judge, isolate=False)[0] != "" and len(result.table_lines()[1]) <= 80
 
 
+def test_lightens_sweep_measures_what_per_node_reports(fragile):
+    """lighten's fallback sweep on a QDQ base (search.partial) takes drops_alone: compare --per-node's own
+    'alone' figures, node for node, worst first, without quantizing anything again."""
+    from onnxlite.evaluation.judge import Judge
+    from onnxlite.evaluation.per_node import drops_alone, per_node_errors
+
+    model, quantized, data = fragile
+    judge = Judge.from_reference(str(model), str(data), str(quantized), metrics=["top1_agreement"])
+    reported = {n.node: n.drop_alone for n in per_node_errors(model, quantized, judge).nodes}
+    swept = drops_alone(model, quantized, judge, ["conv3", "conv1", "conv2", "no_such_node"], judge.primary)
+    assert [e["node"] for e in swept][0] == "conv2" and len(swept) == 3
+    assert all(e["drop"] == pytest.approx(reported[e["node"]]) for e in swept)
+    assert drops_alone(model, model, judge, ["conv2"], judge.primary) is None     # no Q/DQ: the caller re-quantizes
+
+
 def test_without_qdq_everything_is_the_float_model(fragile):
     """Taking every Q/DQ out gives the float model back (the folded Relus restored), the base of every figure."""
     import onnx

@@ -9,49 +9,16 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 datasets = pytest.importorskip("sklearn.datasets")
 
+from helpers import fragile_digits as helpers_fragile_digits  # noqa: E402 - after the skips
+
 BUDGET = 0.10
-
-
-class Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.c1 = torch.nn.Conv2d(1, 16, 3, padding=1)
-        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1)
-        self.fc = torch.nn.Linear(16 * 4 * 4, 10)
-
-    def forward(self, x):
-        x = torch.relu(self.c1(x))
-        x = torch.nn.functional.max_pool2d(torch.relu(self.c2(x)), 2)
-        return self.fc(x.flatten(1))
 
 
 @pytest.fixture(scope="module")
 def fragile_digits(tmp_path_factory):
-    """A digits CNN trained a few seconds, then made fragile: each of c2's output channels gets one weight of
-    +-50 on an input it never sees lit (a corner), so per-channel int8 rounds the weights that matter to a
-    grid of 0.39 and static int8 loses answers."""
-    digits = datasets.load_digits()
-    images = (digits.images / 16.0).astype(np.float32)[:, None]
-    torch.manual_seed(0)
-    net = Net()
-    optim = torch.optim.Adam(net.parameters(), lr=3e-3)
-    x, y = torch.from_numpy(images[:1200]), torch.from_numpy(digits.target[:1200])
-    for _ in range(6):
-        for start in range(0, 1200, 64):
-            optim.zero_grad()
-            torch.nn.functional.cross_entropy(net(x[start:start + 64]), y[start:start + 64]).backward()
-            optim.step()
-    net.eval()
-    with torch.no_grad():
-        net.c2.weight[:, :, 0, 0] = 0
-        net.c2.weight[:, 0, 0, 0] = 50.0 * torch.sign(torch.randn(16))
-    folder = tmp_path_factory.mktemp("qat")
-    path = folder / "digits.onnx"
-    torch.onnx.export(net, (x[:2],), str(path), input_names=["x"], output_names=["logits"],
-                      dynamic_axes={"x": {0: "b"}, "logits": {0: "b"}}, opset_version=17, dynamo=False)
-    calibration = folder / "calibration.npz"
-    np.savez(calibration, x=images[1200:1400])
-    return net, path, calibration, images[1400:]      # the last 397 digits: never calibrated, trained or checked
+    """helpers.fragile_digits: static int8 loses answers on it (net, ONNX, calibration, the 397 test digits)."""
+    net, path, calibration, test, _weights = helpers_fragile_digits(tmp_path_factory.mktemp("qat"))
+    return net, path, calibration, test
 
 
 def _drop(path, net, test):

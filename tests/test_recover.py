@@ -154,3 +154,28 @@ def test_recover_strategy_end_to_end(two_convs, tmp_path):
     want, got = _run(two_convs, x), _run(out, x, optimize=False)
     cos = np.sum(want * got) / np.linalg.norm(want) / np.linalg.norm(got)
     assert cos > 0.98
+
+
+def test_float_depthwise_with_16bit_activations(two_convs, tmp_path):
+    """The accuracy point (recover's third grid point): the depthwise conv keeps its float weights, the others get
+    int8 weights, activations 16-bit."""
+    from onnx import numpy_helper
+
+    import onnxlite
+
+    rng = np.random.default_rng(3)
+    data = tmp_path / "calib.npz"
+    np.savez(data, x=rng.normal(size=(24, 3, 8, 8)).astype(np.float32))
+    accurate = tmp_path / "accurate.onnx"
+    result = onnxlite.quantize(two_convs, accurate, strategy="recover", calibration=str(data),
+                               activation_type="uint16", float_depthwise=True)
+    assert "1 depthwise conv(s) kept float" in result.notes
+    model = onnx.load(str(accurate))
+    conv2 = next(n for n in model.graph.node if n.name == "conv2")
+    inits = {i.name: i for i in model.graph.initializer}
+    assert conv2.input[1] in inits and numpy_helper.to_array(inits[conv2.input[1]]).dtype == np.float32
+    activations = {numpy_helper.to_array(inits[n.input[2]]).dtype for n in model.graph.node
+                   if n.op_type == "QuantizeLinear" and n.input[0] not in inits and len(n.input) > 2}
+    assert activations == {np.dtype(np.uint16)}
+    others = [n for n in model.graph.node if n.op_type == "Conv" and n.name != "conv2"]
+    assert all(n.input[1] not in inits for n in others)       # their weights come out of a DequantizeLinear

@@ -161,6 +161,32 @@ def _seed(split: str, salt: int) -> int:
     return {"calibration": 1000, "heldout": 2000, "heldout2": 3000}[split] + salt
 
 
+# --------------------------------------------------------------------------- PP-OCR direction classifier
+
+CLS_SHAPE = (3, 48, 192)   # rapidocr config.yaml cls_image_shape
+#: the PP-OCR mobile v2.0 direction classifier (a MobileNetV3-style depthwise CNN; benchmarks/recovery.py only,
+#: not in MODELS, which baseline.py runs whole)
+CLS_MEMBER = "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+
+
+def ocr_cls_data(split: str, count: int) -> np.ndarray:
+    """``x`` [count, 3, 48, 192]: rendered text lines, every other one turned 180 degrees, preprocessed as
+    rapidocr's ``TextClassifier.resize_norm_img`` (BGR, [-1, 1], right padding)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(_seed(split, 5))
+    channels, height, width = CLS_SHAPE
+    out = np.zeros((count, *CLS_SHAPE), dtype=np.float32)
+    for i in range(count):
+        image, _ = _text_line(rng, split, ("DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSans-Bold.ttf"))
+        if i % 2:
+            image = image.rotate(180)
+        resized_w = min(width, int(math.ceil(height * image.width / image.height)))
+        resized = np.asarray(image.resize((resized_w, height), Image.BILINEAR), dtype=np.float32)[:, :, ::-1]
+        out[i, :, :, :resized_w] = (resized.transpose(2, 0, 1) / 255.0 - 0.5) / 0.5
+    return out
+
+
 # --------------------------------------------------------------------------- PP-OCR recognizer
 
 REC_SHAPE = (3, 48, 320)   # rapidocr config.yaml rec_img_shape

@@ -210,6 +210,9 @@ class QuantizerSpec(Spec):
     ``saturation_free(options)``: whether the strategy's integer math with these option values (defaults
     filled in) cannot saturate; when the target CPU's int8 answers differ from this machine's, a search
     tries only the candidates for which it says True.  None: the strategy runs no int8 kernels.
+    ``needs_source``: source frameworks whose loaded model the strategy needs (``QuantizeContext.source_model``;
+    ``qat`` trains a PyTorch module).  A search runs such a strategy only as its last resort, when the source is
+    of one of these frameworks (:mod:`onnxlite.search.last_resort`).
     ``exclude_option``: the name of the strategy's ``multiple=True`` option that keeps nodes in float (node
     names or glob patterns; ``"exclude"`` in every built-in).  Declaring it is what makes the strategy take
     part in ``lighten``'s partial fallback (which keeps the worst nodes in float through it); the host checks
@@ -233,6 +236,7 @@ class QuantizerSpec(Spec):
     saturation_free: Callable[[Mapping[str, Any]], bool] | None = None
     exclude_option: str | None = None
     per_node: PerNodeSchemes | None = None
+    needs_source: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for field_name, name in (("exclude_option", self.exclude_option),

@@ -262,6 +262,45 @@ def rank_nodes(float_model: str | os.PathLike[str], candidate: str | os.PathLike
     return [n.node for n in per_node_errors(float_model, candidate, judge, isolate=isolate, progress=progress).nodes]
 
 
+def drops_alone(float_model: str | os.PathLike[str], candidate: str | os.PathLike[str], judge: Judge,
+                nodes: Sequence[str], metric: str, seconds: float | None = None,
+                progress: Progress | None = None) -> list[dict[str, Any]] | None:
+    """``compare --per-node``'s ``alone`` column for ``nodes``, as a search's sensitivity sweep needs it.
+
+    Each node of a QDQ ``candidate`` is measured with only its own Q/DQ kept (the same graph surgery as
+    :func:`per_node_errors`), so nothing is quantized again: one judged run per node.  Returns
+    ``[{"node", "drop"}]`` worst first by ``metric``'s drop, or None when ``candidate`` has no Q/DQ nodes
+    (a QOperator or dynamic model: the caller re-quantizes instead).  Nodes the candidate did not quantize,
+    and nodes left when ``seconds`` ran out, are not in the list.
+    """
+    import time
+
+    import onnx
+
+    qdq = onnx.load(str(candidate))
+    groups = qdq_groups(qdq)
+    if not groups.nodes:
+        return None
+    reference = onnx.load(str(float_model))
+    weights = {i.name for i in qdq.graph.initializer}
+    every = {n.name for n in qdq.graph.node if n.op_type in QDQ_OPS and n.input[0] not in weights}
+    wanted = [n for n in nodes if n in groups.own]
+    started = time.monotonic()
+    found: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="onnxlite-per-node-") as tmp:
+        path = Path(tmp) / "alone.onnx"
+        for k, name in enumerate(wanted, 1):
+            if seconds is not None and found and time.monotonic() - started > seconds:
+                break
+            if progress:
+                progress(f"node {k} of {len(wanted)}: {name} alone")
+            onnx.save(without_qdq(qdq, every - set(groups.own[name]), reference), str(path))
+            drop = judge.drops(judge.score(path)).get(metric, math.nan)
+            found.append({"node": name, "drop": drop})
+    found.sort(key=lambda e: -float(e["drop"]) if math.isfinite(e["drop"]) else math.inf)
+    return found
+
+
 def per_node_compare(reference: str | os.PathLike[str], candidate: str | os.PathLike[str], data: Any = None, *,
                      metrics: Sequence[str] | None = None, activation_samples: int = 8, isolate: bool = True,
                      progress: Progress | None = None, **options: Any) -> PerNodeResult:

@@ -206,6 +206,9 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
                       "name it in --strategies to try it anyway")
         if reason is None and not wanted and spec.skip_reason is not None:
             reason = _plugin_skip_reason(spec, model)
+        if reason is None and spec.needs_source:     # trains the source: search.last_resort decides, named or not
+            reason = "trains the source model: lighten runs it only as its last resort (no post-training " \
+                     "candidate at >= 3x smaller within budget)"
         if (reason is None and spec.needs_calibration and not has_calibration
                 and not (generated_calibration and spec.calibrates_on_generated)):
             reason = "needs calibration data (--calibration or --data)"

@@ -36,6 +36,7 @@ from ..figures import MEASURED, copy_figures
 from ..report.text import size_change, speed_change
 from .choose import deciding_objective, latency_margin, no_winner_message, pick_winner
 from .config import DEFAULT_MAX_DROP, LightenConfig
+from .last_resort import LastResort, last_resort, source_task
 from .outdir import publish
 from .recipes import Recipe, effective_options, recipe_candidate, record
 from .results import CandidateRow, LightenResult, ratio_text, speed_text, why_won
@@ -155,9 +156,12 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
                 search.grids = select_on_grids(search.rows, ref.setup.rank_metric)
                 search.quick = quick_times(search.ctx, search.rows)   # speed measured early: fast bases here
             search.later = later_stages(search.ctx, search.rows, search.quick, config, chosen is None)
+            if chosen is None:   # qat: only when post-training lost at >= 3x and the source is PyTorch
+                search.resort = last_resort(search.ctx, search.rows, ref.baseline, inputs, config)
             search.benchmark(config.batch, config.runs)
         result = search.finish(out, chosen)
-        account(trials, search.later, result, emit)
+        cut = ("the last resort",) if search.resort is not None and search.resort.cut_short else ()
+        account(trials, replace(search.later, skipped=search.later.skipped + cut), result, emit)
         result.seconds = round(time.perf_counter() - started, 1)
         publish(result, out, work, search.recipe(result), source, env.target, isa)
     emit("done", {"message": result.message})
@@ -184,6 +188,7 @@ class _Search:
         self.grids: list[str] | None = None
         self.quick: QuickTimes | None = None
         self.later = LaterStages()
+        self.resort: LastResort | None = None
         self.bench_batch: int | None = None
         self.measured_on: dict[str, Any] = {}
         self.bench_stopping: dict[str, Any] | None = None   # the final benchmark's runs taken and why
@@ -222,7 +227,10 @@ class _Search:
                 "output": str(self.env.work / "candidates" / f"candidate{index}.onnx"),
                 "calibration": str(c) if (c := self.inputs.calibration_for(spec)) else None,
                 "check_data": str(calibration) if calibration else None,
-                "judge": str(self.ref.judge_dir), "settings": self.settings.to_dict()}
+                "judge": str(self.ref.judge_dir), "settings": self.settings.to_dict(),
+                # a training strategy's task loads the source again in its own process (search.last_resort)
+                **({"source": source_task(self.env.source, self.inputs.framework, self.env.config)}
+                   if self.inputs.framework in spec.needs_source else {})}
 
     # 3 + 4. quantize and judge (search.trials: warm workers, the cache, duplicates run once, the time budget)
     def run_candidates(self, workers: int | None, candidates: Sequence[Candidate] | None = None) -> list[CandidateRow]:
@@ -286,6 +294,10 @@ class _Search:
 
         objective = self.env.config.objective or "latency"
         setup = self.ref.setup
+        resort = self.resort.to_dict() if self.resort is not None else None
+        if self.resort is not None and (said := self.resort.note()):
+            self.notes.append(said)
+            self.skipped = [s for s in self.skipped if s.strategy not in self.resort.names]
         base_p50 = self.baseline.p50
         measured_base = base_p50 if self.baseline.latency_ms else None
         rank = setup.rank_metric
@@ -328,7 +340,7 @@ class _Search:
             message = no_winner_message(self.rows, self.baseline.size_bytes,
                                         bool((self.later.partial or {}).get("tried")), self.notes)
         quick = self.quick.to_dict() | {"objective": objective} if self.quick is not None and self.quick.batch else None
-        stages = {"grids": self.grids, "quick_times": quick, "mixed": self.later.mixed,
+        stages = {"grids": self.grids, "quick_times": quick, "mixed": self.later.mixed, "last_resort": resort,
                   "bench_stopping": self.bench_stopping}
         return LightenResult(
             output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows,

@@ -337,17 +337,8 @@ def _repair(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Fast, max_fl
     # whose activations could be matched; the suspects (activation order) are measured first.
     nodes = weighted or order
     suspects = [n for n in order if n in nodes] + [n for n in nodes if n not in order]
-    fits = clock.probes(cost)
-    measured = suspects[:max(min(SWEEP_MIN_NODES, len(suspects)), min(fits, SWEEP_MAX_NODES))]
-    log["sweep_budget"] = {"nodes": len(nodes), "measured": len(measured), "seconds_per_probe": cost,
-                           "parallel": parallel, "seconds_left": round(max(0.0, clock.left()), 1)}
-    if len(measured) < len(nodes):
-        ctx.emit("note", {"message": f"the sensitivity sweep measures {len(measured)} of {len(nodes)} nodes "
-                                     f"(about {cost:.0f} s a probe, {parallel} at a time, within the fallback's "
-                                     f"{FALLBACK_SECONDS:.0f} s); the activation ranking's suspects first"})
-    swept = sweep(ctx, repair, nodes, measured, rank)
+    swept, measured = _measure_sweep(ctx, repair, str(base_row.path), nodes, suspects, log)
     log["sweep"] = swept[:20]
-    log["ranked_by"] = f"direct sweep ({rank} on {ctx.probed_on()})"
     resorted = [e["node"] for e in swept] + [n for n in suspects if n not in measured]
     found, _, _ = keep_worst_confirmed(ctx, repair, resorted, max_float_nodes or max(1, len(nodes) // 2), "sweep",
                                        log, tried={tuple(sorted(order[:k])) for k in exclusion_steps(
@@ -356,6 +347,37 @@ def _repair(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Fast, max_fl
         # nothing passed: the activation ranking's heaviest attempt is judged as a row (the table shows how far it got)
         ctx.confirm(closest, "activations", workers, log, closest=True)
     return log
+
+
+def _measure_sweep(ctx: SearchContext, repair: Repair, base_path: str, nodes: Sequence[str],
+                   suspects: Sequence[str], log: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each node's own drop on the select part, worst first, and the nodes measured (noted in ``log``).
+
+    A QDQ base: ``compare --per-node``'s own measurement (:func:`~onnxlite.evaluation.per_node.drops_alone`:
+    each node with only its own Q/DQ kept, nothing quantized again), one judged run a node, so every node fits.
+    Any other base (dynamic, QOperator): each node quantized alone again (:func:`sweep`), as many as fit.
+    """
+    from ..evaluation.per_node import drops_alone
+    from .tasks import load_judge
+
+    rank, clock, cost, parallel = ctx.rank, repair.clock, repair.cost, repair.parallel
+    ctx.emit("stage", {"message": f"sensitivity sweep of {repair.base.name}: each node's own drop"})
+    judge = load_judge(repair.judge, ctx.settings.to_dict())
+    alone = drops_alone(ctx.fp32, base_path, judge, suspects, rank, seconds=max(0.0, clock.left()))
+    if alone is not None:
+        log |= {"sweep_budget": {"nodes": len(nodes), "measured": len(alone)},
+                "ranked_by": f"per-node drops, as compare --per-node ({rank} on {ctx.probed_on()})"}
+        return alone, [e["node"] for e in alone]
+    fits = clock.probes(cost)
+    measured = list(suspects[:max(min(SWEEP_MIN_NODES, len(suspects)), min(fits, SWEEP_MAX_NODES))])
+    log["sweep_budget"] = {"nodes": len(nodes), "measured": len(measured), "seconds_per_probe": cost,
+                           "parallel": parallel, "seconds_left": round(max(0.0, clock.left()), 1)}
+    if len(measured) < len(nodes):
+        ctx.emit("note", {"message": f"the sensitivity sweep measures {len(measured)} of {len(nodes)} nodes "
+                                     f"(about {cost:.0f} s a probe, {parallel} at a time, within the fallback's "
+                                     f"{FALLBACK_SECONDS:.0f} s); the activation ranking's suspects first"})
+    log["ranked_by"] = f"direct sweep ({rank} on {ctx.probed_on()})"
+    return sweep(ctx, repair, nodes, measured, rank), measured
 
 
 def _file_size(path: str | os.PathLike[str]) -> int:

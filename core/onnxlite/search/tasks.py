@@ -161,8 +161,11 @@ def run_task(task: Mapping[str, Any], load: Callable[[Path, Mapping[str, Any]], 
         # quantize gives the strategy its own copy of the model (onnxruntime writes beside its input), so
         # tasks running at once on the one float model never trample each other.
         calibration, check_data = _on_judge_axes(task, task.get("calibration"), task.get("check_data"))
+        extra: dict[str, Any] = {}
+        if task.get("source"):     # a training strategy (search.last_resort): the source model, loaded here
+            extra["source_model"] = source_model(task["source"])
         quantized = quantize(Path(task["model"]), output, candidate["strategy"], calibration=calibration,
-                             force=True, check_data=check_data, **candidate["options"])
+                             force=True, check_data=check_data, **candidate["options"], **extra)
         result.path = str(quantized.path)
         result.size_bytes = quantized.size_after   # kept when judging fails
         result.quantize = {k: v for k, v in quantized.to_dict().items() if k not in {"path", "source"}}
@@ -191,6 +194,15 @@ def run_task(task: Mapping[str, Any], load: Callable[[Path, Mapping[str, Any]], 
         result.status, result.error = "failed", f"{one_line(exc, 400, kind=True)}"
     result.seconds = round(time.perf_counter() - started, 2)
     return result
+
+
+def source_model(task_source: Mapping[str, Any]) -> Any:
+    """The source model a training strategy gets, loaded through its framework plugin (a torch.nn.Module)."""
+    from ..conversion.export import load_for_export
+
+    loaded = load_for_export(task_source["path"], task_source["framework"], model_class=task_source.get("model_class"),
+                             framework_options=task_source.get("framework_options") or None)
+    return getattr(loaded.model, "module", loaded.model)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

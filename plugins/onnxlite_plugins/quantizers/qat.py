@@ -247,6 +247,7 @@ def register_quantizers():
         needs_calibration=True,
         applies_to=("conv",),
         avoid=("transformer",),
+        needs_source=("pytorch",),
         output_format=lambda options: "qoperator" if str(options.get("format")).lower() == "qoperator" else "qdq",
         # a search runs it only as a last resort, with the source at hand (see docs/quantize.md)
         skip_reason=lambda model: "trains the PyTorch source: lighten runs it only when no post-training "
