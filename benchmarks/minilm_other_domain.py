@@ -2,7 +2,14 @@
 
 Run:
     .venv/bin/python benchmarks/minilm_other_domain.py [--threads 2] [--batch 64] [--runs 30]
-        [--only NAME,...] [--workdir DIR] [--json out.json]
+        [--only NAME,...] [--workdir DIR] [--json out.json] [--model NAME=PATH] [--no-timing]
+        [--reuse-reference]
+
+``--no-timing`` scores without benchmarking: for an emulated CPU (``qemu-x86_64
+-cpu Haswell`` for AVX2 numerics), whose speeds mean nothing.  There, run once
+natively to build the models and PyTorch's reference, then score the built
+models under the emulator with ``--reuse-reference --only '' --model NAME=PATH``
+(docs/benchmarks.md, "AVX2 numerics under emulation").
 
 The model is exported once (``torch.onnx.export``, TorchScript exporter, as in
 ``lighten_vs_baseline.py``) and every candidate is built from that file with
@@ -67,6 +74,13 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any], bool]] = {
     "wo8 b128 al0 +g8": ("weightonly", {"accuracy_level": 0, "gather": "int8"}, False),
     "wo4 b32 al4 +g4": ("weightonly", {"bits": 4, "block_size": 32, "gather": "int4"}, False),
     "int4 (b32)": ("int4", {}, False),
+    # the saturation-free variants lighten adds where U8S8 kernels saturate (x86 without VNNI, --target-cpu avx2)
+    "dyn +Gather rr": ("dynamic", {"op_types": "MatMul,Gemm,Gather", "reduce_range": True}, False),
+    "dyn +Gather u8u8": ("dynamic", {"op_types": "MatMul,Gemm,Gather", "weight_type": "quint8"}, False),
+    "sq a=0.5 rr": ("smoothquant", {"alpha": 0.5, "reduce_range": True}, True),
+    "sq a=0.8 rr": ("smoothquant", {"alpha": 0.8, "reduce_range": True}, True),
+    "sq a=0.5 u8u8": ("smoothquant", {"alpha": 0.5, "weight_type": "quint8"}, True),
+    "sq a=0.65 u8u8": ("smoothquant", {"alpha": 0.65, "weight_type": "quint8"}, True),
 }
 
 
@@ -95,6 +109,11 @@ def main() -> None:
     parser.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
                         help="also score and time a model made elsewhere, such as a lighten winner "
                              "(OUTDIR/model.onnx), as row NAME (repeatable)")
+    parser.add_argument("--no-timing", action="store_true",
+                        help="score only, no benchmark (under an emulator, whose speeds mean nothing)")
+    parser.add_argument("--reuse-reference", action="store_true",
+                        help="reuse --workdir's PyTorch embeddings and fp32 ONNX from an earlier run (PyTorch is "
+                             "slow under an emulator, and its float answers are not what is being checked)")
     args = parser.parse_args()
     from onnxlite.hardware import detect, header
 
@@ -108,7 +127,8 @@ def main() -> None:
 
     import onnxlite
 
-    wanted = [n.strip() for n in args.only.split(",")] if args.only else list(CANDIDATES)
+    wanted = ([n.strip() for n in args.only.split(",") if n.strip()] if args.only is not None
+              else list(CANDIDATES))   # --only '': none of ours, only --model rows
     unknown = [n for n in wanted if n not in CANDIDATES]
     if unknown:
         parser.error(f"--only: unknown candidate(s) {', '.join(unknown)} (known: {', '.join(CANDIDATES)})")
@@ -132,16 +152,23 @@ def main() -> None:
     log(f"{len(judged)} other-domain sentences (seq {encoded['input_ids'].shape[1]}), "
         f"{int(len(lines) * SPLIT)} calibration sentences from {SENTENCES.name}")
 
-    torch.set_num_threads(args.threads)
-    model = AutoModel.from_pretrained(folder).eval()
-    with torch.no_grad():
-        reference = np.concatenate([
-            mean_pool(model(**{k: torch.from_numpy(v[s:s + args.batch]) for k, v in encoded.items()})
-                      .last_hidden_state.numpy(), encoded["attention_mask"][s:s + args.batch])
-            for s in range(0, len(judged), args.batch)])
     fp32 = work / "fp32.onnx"
-    log("exporting fp32 ONNX (torch.onnx.export, dynamo=False, opset 17)")
-    export_fp32(folder, model, tokenizer, fp32)
+    saved = work / "reference.npz"
+    if args.reuse_reference and saved.is_file() and fp32.is_file():
+        # PyTorch's float answers, computed by an earlier run in this workdir (on the host, not emulated)
+        reference = np.load(saved)["pooled"]
+        log(f"PyTorch reference and fp32 ONNX reused from {work}")
+    else:
+        torch.set_num_threads(args.threads)
+        model = AutoModel.from_pretrained(folder).eval()
+        with torch.no_grad():
+            reference = np.concatenate([
+                mean_pool(model(**{k: torch.from_numpy(v[s:s + args.batch]) for k, v in encoded.items()})
+                          .last_hidden_state.numpy(), encoded["attention_mask"][s:s + args.batch])
+                for s in range(0, len(judged), args.batch)])
+        np.savez(saved, pooled=reference)
+        log("exporting fp32 ONNX (torch.onnx.export, dynamo=False, opset 17)")
+        export_fp32(folder, model, tokenizer, fp32)
 
     models: dict[str, Path] = {"fp32 ONNX": fp32}
     notes: dict[str, str] = {}
@@ -174,9 +201,11 @@ def main() -> None:
         rows[name] = {"strategy": CANDIDATES[name][0] if name in CANDIDATES else "-",
                       "options": CANDIDATES[name][1] if name in CANDIDATES else {},
                       "path": str(path), "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min())}
+        log(f"{name}: mean {cos.mean():.4f} / min {cos.min():.4f} pooled cosine")   # a slow run shows its progress
     info["load_average_before_bench"] = load_average()
-    timing = measure(models, args.threads, args.batch, args.runs, data=str(OTHER),
-                     data_options={"tokenizer": str(folder)})
+    timing = ({name: {"size_bytes": Path(path).stat().st_size} for name, path in models.items()} if args.no_timing
+              else measure(models, args.threads, args.batch, args.runs, data=str(OTHER),
+                           data_options={"tokenizer": str(folder)}))
     base = timing["fp32 ONNX"]
     for name, row in rows.items():
         row.update(timing[name])
@@ -187,6 +216,8 @@ def main() -> None:
         row["meets"] = {"mean": row["cosine_mean"] >= TARGET["mean"], "min": row["cosine_min"] >= TARGET["min"],
                         "smaller": row["smaller"] >= TARGET["smaller"],
                         "speedup": (row["speedup"] or 0) >= TARGET["speedup"]}
+        if args.no_timing:
+            del row["meets"]["speedup"]   # not measured
     info["load_average_end"] = load_average()
 
     print(f"\n## all-MiniLM-L6-v2 on {OTHER.name} ({len(judged)} sentences, seq {encoded['input_ids'].shape[1]}): "
