@@ -84,6 +84,37 @@ def test_every_base_slower_than_fp32_is_not_repaired_for_latency():
     assert base is None and "slower than fp32" in why
 
 
+#: a VNNI machine's figures from the README job (2026-12-03, AMD EPYC Zen 5): int8 smoothquant twice fp32's
+#: speed and within budget, 4-bit weight-only about fp32's speed, the lightest 4-bit over budget
+RECORDED_VNNI = {
+    "smoothquant[alpha=0.8]": ("smoothquant", 3.93, 0.0035, 0.52),
+    "weightonly[gather=int4]": ("weightonly", 5.3, 0.0026, 0.98),
+    "weightonly[bits=4,block_size=32,gather=int4]": ("weightonly", 6.8, 0.0266, 0.93),
+}
+
+
+@pytest.mark.unit
+def test_a_base_slower_than_a_fast_passing_candidate_is_not_repaired():
+    """Keeping nodes in float never makes a model faster: a light base already slower than the passing int8 one
+    cannot win on latency once repaired, so it is not repaired (the README job spent its sweep on one)."""
+    rows = [_row(name, strategy, shrink, drop) for name, (strategy, shrink, drop, _) in RECORDED_VNNI.items()]
+    ratios = {name: ratio for name, (*_, ratio) in RECORDED_VNNI.items()}
+    by_size, _ = fallback_base(rows, PRIMARY, BUDGET, _can_exclude,
+                               fast_enough(QuickTimes(ratios, fp32_ms=40.0), "size"))
+    assert by_size is not None and by_size.name.startswith("weightonly[bits=4")   # the premise
+    base, why = fallback_base(rows, PRIMARY, BUDGET, _can_exclude,
+                              fast_enough(QuickTimes(ratios, fp32_ms=40.0), "latency"))
+    assert base is None and "smoothquant[alpha=0.8]" in why, why
+    # when no passing candidate clearly beats fp32, speed cannot decide and size does: the light one is repaired
+    even = ratios | {"smoothquant[alpha=0.8]": 0.95}
+    base, why = fallback_base(rows, PRIMARY, BUDGET, _can_exclude, fast_enough(QuickTimes(even, fp32_ms=40.0), "latency"))
+    assert base is not None and base.name.startswith("weightonly[bits=4"), why
+    # nor is a base within the quick timing's noise of the fastest passing one left out
+    close = ratios | {"weightonly[bits=4,block_size=32,gather=int4]": 0.55}
+    base, why = fallback_base(rows, PRIMARY, BUDGET, _can_exclude, fast_enough(QuickTimes(close, fp32_ms=40.0), "latency"))
+    assert base is not None and base.name.startswith("weightonly[bits=4"), why
+
+
 def test_quick_timing_times_each_candidate_against_fp32_in_turns(tmp_path):
     import numpy as np
 

@@ -9,15 +9,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .results import CandidateRow
 
 #: "clearly lighter": an over-budget candidate at most this fraction of the best passing one's size is repaired
 CLEARLY_LIGHTER = 0.8
-#: a predicate on rows (:func:`onnxlite.search.quick.fast_enough`): may this one be a repair's base?
-Fast = Callable[["CandidateRow"], bool]
+
+
+class Fast(Protocol):
+    """May a row be a repair's base, by its speed here (:class:`onnxlite.search.quick.BaseSpeed`)."""
+
+    def __call__(self, row: CandidateRow, /) -> bool:
+        """Not slower than fp32 here."""
+
+    def outpaced(self, row: CandidateRow, passing: Sequence[CandidateRow], /) -> str | None:
+        """The passing candidate ``row`` cannot catch on speed once repaired, or None."""
+
+
+class _AnySpeed:
+    """Without quick figures every row may be a base, chosen by size."""
+
+    def __call__(self, row: CandidateRow, /) -> bool:
+        return True
+
+    def outpaced(self, row: CandidateRow, passing: Sequence[CandidateRow], /) -> str | None:
+        return None
 
 
 def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can_exclude: Callable[[str], bool],
@@ -28,8 +46,10 @@ def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can
     closest.  With a passing one: only candidates at most ``CLEARLY_LIGHTER`` of its size.
     ``fast(row)`` (:func:`onnxlite.search.quick.fast_enough`) says whether a row is no slower than fp32
     here: a slower one is never a base, and a slower passing one never stops a fast one's repair.
+    ``fast.outpaced`` leaves out a base already slower than a passing candidate that beats fp32: under the
+    latency objective its repair could not win.
     """
-    fast = fast or (lambda _row: True)
+    fast = fast or _AnySpeed()
     usable = [r for r in rows if r.over_budget and r.path and primary in r.drops and not r.same_as
               and math.isfinite(r.drops[primary]) and can_exclude(r.strategy)]
     if usable and not any(fast(r) for r in usable):
@@ -42,6 +62,12 @@ def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can
         if not usable:
             return None, (f"no over-budget candidate is clearly lighter (<= {CLEARLY_LIGHTER:.0%} of the size) "
                           "than the lightest one within budget")
+        catching = [r for r in usable if fast.outpaced(r, passing) is None]
+        if not catching:
+            ahead = fast.outpaced(usable[0], passing)
+            return None, (f"every clearly lighter over-budget candidate is slower here than {ahead}, which is within "
+                          "budget, and keeping nodes in float would not make it faster")
+        usable = catching
     if not usable:
         return None, "no quantized candidate can keep nodes in float"
     close = [r for r in usable if r.drops[primary] <= 3 * budget]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -101,11 +101,51 @@ def quick_times(ctx: SearchContext, rows: Sequence[CandidateRow]) -> QuickTimes:
     return replace(found, batch=size)
 
 
-def fast_enough(quick: QuickTimes | None, objective: str) -> Callable[[CandidateRow], bool]:
+#: a base whose quick time is this much slower than the fastest candidate within budget cannot win on speed once
+#: repaired (a repair only keeps nodes in float); the margin covers the quick timing's noise at 3 runs
+OUTPACED_MARGIN = 0.15
+
+
+@dataclass(frozen=True)
+class BaseSpeed:
+    """May a row be a repair's base, by its speed here (:func:`fast_enough`): a predicate on rows, plus
+    :meth:`outpaced` against the candidates already within budget."""
+
+    quick: QuickTimes | None = None
+    objective: str = "latency"
+
+    def _judges(self) -> bool:
+        quick = self.quick
+        return (quick is not None and self.objective != "size" and bool(quick.ratios)
+                and (quick.fp32_ms or 0.0) >= MEANINGFUL_MS)
+
+    def __call__(self, row: CandidateRow) -> bool:
+        """Not slower than fp32 here (every row is, under ``objective="size"`` or without a meaningful timing)."""
+        return not self._judges() or not (self.quick is not None and self.quick.slower_than_fp32(row.name))
+
+    def outpaced(self, row: CandidateRow, passing: Sequence[CandidateRow]) -> str | None:
+        """The name of a passing candidate that ``row`` cannot catch on speed, or None.
+
+        Under the latency objective the winner is the fastest within budget, and keeping nodes in float
+        never makes a model faster, so a base already slower than a passing candidate that beats fp32 is
+        repaired for nothing (the README job on a VNNI CPU: 4-bit weight-only, about fp32's speed, while int8
+        smoothquant at twice its speed passes).  When no passing candidate beats fp32 clearly, speed cannot
+        decide and size does: then nothing is outpaced."""
+        if not self._judges() or self.quick is None or row.name not in self.quick.ratios:
+            return None
+        ratios = self.quick.ratios
+        timed = [p for p in passing if p.name in ratios]
+        if not timed:
+            return None
+        best = min(timed, key=lambda p: ratios[p.name])
+        if ratios[best.name] >= 1 - OUTPACED_MARGIN or ratios[row.name] <= ratios[best.name] * (1 + OUTPACED_MARGIN):
+            return None
+        return best.name
+
+
+def fast_enough(quick: QuickTimes | None, objective: str) -> BaseSpeed:
     """A predicate on rows: may this one be a repair's base? Under ``objective="size"`` every one may."""
-    if quick is None or objective == "size" or not quick.ratios or (quick.fp32_ms or 0.0) < MEANINGFUL_MS:
-        return lambda _row: True
-    return lambda row: not quick.slower_than_fp32(row.name)
+    return BaseSpeed(quick, objective)
 
 
 def slow_names(quick: QuickTimes | None, names: Sequence[str]) -> list[str]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..mixed_stage import MixedPlan
     from .config import LightenConfig
     from .context import SearchContext
+    from .fallback_rule import Fast
     from .quick import QuickTimes
     from .results import CandidateRow, LightenResult
     from .trials import TimeBudget, TrialContext
@@ -178,7 +179,7 @@ def final_runs(budget: TimeBudget, runs: int) -> tuple[int, str | None]:
                              "was spent")
 
 
-def _fallback_wanted(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Callable[[CandidateRow], bool]) -> bool:
+def _fallback_wanted(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Fast) -> bool:
     """Whether the fallback would have had a base to repair (a skipped stage is news only then)."""
     from .partial import can_exclude, fallback_bases
 
