@@ -107,11 +107,13 @@ def test_a_base_slower_than_a_fast_passing_candidate_is_not_repaired():
     assert base is None and "smoothquant[alpha=0.8]" in why, why
     # when no passing candidate clearly beats fp32, speed cannot decide and size does: the light one is repaired
     even = ratios | {"smoothquant[alpha=0.8]": 0.95}
-    base, why = fallback_base(rows, PRIMARY, BUDGET, _can_exclude, fast_enough(QuickTimes(even, fp32_ms=40.0), "latency"))
+    base, why = fallback_base(rows, PRIMARY, BUDGET, _can_exclude,
+                              fast_enough(QuickTimes(even, fp32_ms=40.0), "latency"))
     assert base is not None and base.name.startswith("weightonly[bits=4"), why
     # nor is a base within the quick timing's noise of the fastest passing one left out
     close = ratios | {"weightonly[bits=4,block_size=32,gather=int4]": 0.55}
-    base, why = fallback_base(rows, PRIMARY, BUDGET, _can_exclude, fast_enough(QuickTimes(close, fp32_ms=40.0), "latency"))
+    base, why = fallback_base(rows, PRIMARY, BUDGET, _can_exclude,
+                              fast_enough(QuickTimes(close, fp32_ms=40.0), "latency"))
     assert base is not None and base.name.startswith("weightonly[bits=4"), why
 
 

@@ -37,6 +37,21 @@ def test_ci_runs_the_readmes_test_command_verbatim():
     assert command in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
+@pytest.mark.parametrize("first, status", [("false", 1), ("true", 0)])
+def test_ci_stops_when_any_step_of_the_test_command_fails(first, status):
+    """``set -e`` ignores a failure inside an && list unless it is the last command: .ci/run checks the list's
+    status itself. Run its lines with the README command's steps replaced by a failing (or passing) first one."""
+    import subprocess
+
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    at = lines.index(_readme_test_command())
+    check = [line for line in lines[at + 1:at + 4] if not line.startswith("#")]
+    script = "\n".join(["set -euo pipefail", f"{first} && true", *check, "echo reached"])
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == status, done.stderr
+    assert ("reached" in done.stdout) == (status == 0)
+
+
 def test_the_test_command_lints_types_and_runs_the_unit_tier_before_the_suite():
     steps = [step.strip() for step in _readme_test_command().split("&&")]
     order = [next(i for i, s in enumerate(steps) if s.startswith(prefix))
