@@ -292,9 +292,12 @@ def test_stop_signals_stop_workers_and_remove_scratch(tmp_path, sig):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
                SLOWPOKE_PID=str(pid_file), TMPDIR=str(scratch))
     env.pop("ONNXLITE_DISABLE_PLUGIN_AUTOLOAD", None)
+    # onnxlite leaves a stop signal ignored when it starts ignored (SIGHUP under nohup: the user asked for that),
+    # so the child gets the signal's default whatever launched this test (a suite run under nohup, or as a
+    # background job, which ignores SIGINT)
     proc = subprocess.Popen([sys.executable, "-m", "onnxlite", "lighten", str(model), "-o", str(tmp_path / "out"),
                              "--strategies", "slowpoke", "--workers", "1"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     # Generous deadlines, polled: on a loaded 2-core machine starting lighten (export, judge, a worker
     # process) and stopping it can take minutes; a quiet machine passes each wait in seconds.
     try:
