@@ -90,11 +90,11 @@ def _result():
 def test_the_lighten_table_fits_the_screen_with_every_budget_and_every_reason(width):
     from rich.console import Console
 
-    from onnxlite.cli.lighten import _reasons, _table
+    from onnxlite.cli.lighten import lighten_table, reason_lines
 
     result = _result()
     console = Console(width=width, record=True)
-    console.print(_table(result, width))
+    console.print(lighten_table(result, width))
     table = console.export_text()
     lines = table.splitlines()
     assert max(len(line.rstrip()) for line in lines) <= width
@@ -113,7 +113,7 @@ def test_the_lighten_table_fits_the_screen_with_every_budget_and_every_reason(wi
                                                                       for j in range(i + 1, len(pieces) + 1)))
         assert name in joined, (name, name_cells)
     # the reasons come whole under the table, with paths cut to file names
-    reasons = _reasons(result, width)
+    reasons = reason_lines(result, width)
     assert any("drop 0.04271 > max 0.01" in line for line in reasons)
     assert any("fp32.onnx: NameError: name 'g' is not defined" in line and "/tmp" not in line for line in reasons)
 
@@ -121,10 +121,10 @@ def test_the_lighten_table_fits_the_screen_with_every_budget_and_every_reason(wi
 def test_live_lines_keep_whole_numbers_at_80_columns():
     from rich.console import Console
 
-    from onnxlite.cli.lighten import _Progress
+    from onnxlite.cli.lighten import LiveProgress
 
     console = Console(width=80, record=True, force_terminal=False)
-    progress = _Progress(console)
+    progress = LiveProgress(console)
     reason = ("over budget: last_hidden_state.pooled_cosine_mean: drop 0.006713, 95% bound 0.007052 > max 0.005; "
               "last_hidden_state.pooled_cosine_min: drop 0.04271 > max 0.01")
     with progress:
@@ -258,7 +258,7 @@ def test_bench_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path):
 
 
 def test_quantize_table_shows_an_auto_option_once_and_each_warning_once(capsys, monkeypatch, tmp_path):
-    from onnxlite.cli.quantize import _print_result
+    from onnxlite.cli.quantize import print_result
     from onnxlite.quantization.run import QuantizeResult
 
     monkeypatch.setenv("COLUMNS", "200")
@@ -266,7 +266,7 @@ def test_quantize_table_shows_an_auto_option_once_and_each_warning_once(capsys, 
                             size_before=100, size_after=101, quantized_ops={"Conv": 3},
                             details={"per_channel": True}, warnings=["this model is conv-heavy"],
                             source=tmp_path / "in.onnx")
-    _print_result(result)
+    print_result(result)
     out = capsys.readouterr().out
     assert "per_channel=True (auto)" in out and "None" not in out and "per channel" not in out
     assert "1.01x larger" in out and "smaller" not in out          # never "0.99x smaller"

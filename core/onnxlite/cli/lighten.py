@@ -84,7 +84,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
     from ..search.trials import parse_duration
 
     parse_duration(time_budget)   # a bad duration is a usage error before any work
-    progress = _Progress(console(stderr=True), as_json)
+    progress = LiveProgress(console(stderr=True), as_json)
     config = LightenConfig(
         framework=framework, inputs=list(inputs) or None, model_class=model_class,
         max_drop=list(max_drop) or None, metric=list(metrics) or None, data=data,
@@ -105,7 +105,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
         emit_json(result.to_dict())
     else:
         out = console()
-        out.print(_table(result, out.width))
+        out.print(lighten_table(result, out.width))
         # every budgeted default says why it judges (a detector head's worst-slice budget beside cosine)
         whys = (result.evidence or {}).get("metric_why", {})
         judged: dict[str, Any] = {}
@@ -114,7 +114,7 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
                 judged.setdefault(whys[key], []).append(key)
         for why, keys in judged.items():
             out.print(f"judged by {' and '.join(keys)}: {why}", markup=False)
-        for line in _reasons(result, out.width):
+        for line in reason_lines(result, out.width):
             out.print(f"- {line}", markup=False)
         out.print("")
         out.print(result.message, markup=False)
@@ -126,10 +126,10 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
         raise SystemExit(1)
 
 
-def _table(result: Any, width: int = 80) -> Any:
+def lighten_table(result: Any, width: int = 80) -> Any:
     """One compact row per candidate, sized to ``width`` columns: status, size and p50 (each with its ratio
     to fp32 under it), and the drop (with its upper confidence bound) on every budgeted metric.  The reasons
-    are too long for a cell at 80 columns; :func:`_reasons` lists them under the table."""
+    are too long for a cell at 80 columns; :func:`reason_lines` lists them under the table."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -201,14 +201,14 @@ def _drop_cell(drop: float | None, interval: dict | None, budget: float | None =
     return f"[red]{text}[/]" if budget is not None and worst > budget else text
 
 
-def _reasons(result: Any, width: int) -> list[str]:
+def reason_lines(result: Any, width: int) -> list[str]:
     """``name: why`` for every candidate, whole (paths shortened to file names), for under the table."""
     from ..report.text import shorten_paths
 
     return [f"{row.name} ({row.status}): {shorten_paths(row.reason)}" for row in result.candidates if row.reason]
 
 
-class _Progress:
+class LiveProgress:
     """A rich progress bar over the candidates, plus one line per finished step (on stderr).
 
     With ``--json`` each event is also one JSON line on stderr (stdout keeps the one result document),
@@ -224,7 +224,7 @@ class _Progress:
                             TimeElapsedColumn(), console=err, transient=True)
         self.task: Any = None
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> LiveProgress:
         self.bar.__enter__()
         self.task = self.bar.add_task("starting", total=None)
         return self

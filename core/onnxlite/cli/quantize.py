@@ -109,7 +109,7 @@ def quantize(model: str, output: str | None, strategy: str, options: tuple[str, 
     if as_json:
         emit_json(result.to_dict())
         return
-    _print_result(result)
+    print_result(result)
 
 
 def _fmt(value: Any) -> str:
@@ -118,7 +118,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _print_result(result) -> None:
+def print_result(result) -> None:
     from rich.table import Table
 
     out = console()
