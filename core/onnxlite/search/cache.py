@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import uuid
 from collections.abc import Mapping, Sequence
@@ -45,31 +44,12 @@ def default_cache_dir() -> Path:
 
 
 def isa_name() -> str:
-    """The CPU's instruction set as the integer kernels see it: ``x86_64-avx512vnni``, ``x86_64-avx2``, ``aarch64``.
+    """The CPU's instruction set as onnxruntime's integer kernels see it (:func:`onnxlite.hardware.detect`,
+    right under an emulated CPU too): a judgement made on one ISA is not reused on another, whose int8
+    answers may differ."""
+    from .. import hardware
 
-    ``onnxlite.hardware`` names it when that module is present; otherwise numpy's view of the CPU's
-    features (which, unlike /proc/cpuinfo, is right under an emulated CPU too).
-    """
-    try:
-        from .. import hardware
-
-        probe = getattr(hardware, "detect", None) or getattr(hardware, "this_machine", None)
-        if probe is not None:
-            found = probe()
-            name = getattr(found, "isa", None)
-            if isinstance(name, str) and name:
-                return name
-    except ImportError:
-        pass
-    machine = platform.machine().lower()
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:
-        return machine
-    for flag in ("AVX512VNNI", "AVXVNNI", "AVX2", "ASIMDDP"):
-        if features.get(flag):
-            return f"{machine}-{flag.lower()}"
-    return machine
+    return hardware.detect().isa
 
 
 def file_hash(*paths: str | os.PathLike[str] | None) -> str:
