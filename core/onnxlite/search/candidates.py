@@ -12,6 +12,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..hardware import Hardware, JudgedOn
+    from ..specs import QuantizerSpec
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,10 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def exclude_option(spec: Any) -> str | None:
+def exclude_option(spec: QuantizerSpec) -> str | None:
     """The option through which a strategy keeps nodes in float: what its spec declares
     (:attr:`QuantizerSpec.exclude_option`), not a name that happens to contain "exclude"."""
-    return getattr(spec, "exclude_option", None)
+    return spec.exclude_option
 
 
 def with_keep_float(candidate: Candidate, spec: Any, nodes: Sequence[str]) -> Candidate:
@@ -94,9 +95,9 @@ def _ops_present(options: Mapping[str, Any], ops: set[str]) -> bool:
     return not wanted or bool(set(wanted) & ops)
 
 
-def candidate_format(spec: Any, options: Mapping[str, Any]) -> str | None:
+def candidate_format(spec: QuantizerSpec, options: Mapping[str, Any]) -> str | None:
     """The model format a candidate will have (``spec.output_format``), None when the plugin does not say."""
-    declared = getattr(spec, "output_format", None)
+    declared = spec.output_format
     if callable(declared):
         defaults = {o.name: o.default for o in spec.options}
         try:
@@ -126,7 +127,7 @@ def int8_portable(spec: Any, options: Mapping[str, Any]) -> bool:
     return saturation_free(spec, options)
 
 
-def isa_grid(spec: Any, here: Hardware | None,
+def isa_grid(spec: QuantizerSpec, here: Hardware | None,
              target: Hardware | None = None) -> tuple[tuple[Mapping[str, Any], ...], str | None]:
     """The option sets to try on this ISA (and ``target``'s), and why some were left out (None: none were).
 
@@ -140,7 +141,7 @@ def isa_grid(spec: Any, here: Hardware | None,
     if here is None:
         return grid, None
     if here.int8_saturates or (target is not None and target.int8_saturates):
-        grid += tuple(getattr(spec, "isa_grid", ()) or ())
+        grid += tuple(spec.isa_grid or ())
     if target is None or not answers_differ(here, target):
         return grid, None
     kept = tuple(o for o in grid if int8_portable(spec, o))
