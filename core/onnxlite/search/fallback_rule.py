@@ -28,16 +28,6 @@ class Fast(Protocol):
         """The passing candidate ``row`` cannot catch on speed once repaired, or None."""
 
 
-class _AnySpeed:
-    """Without quick figures every row may be a base, chosen by size."""
-
-    def __call__(self, row: CandidateRow, /) -> bool:
-        return True
-
-    def outpaced(self, row: CandidateRow, passing: Sequence[CandidateRow], /) -> str | None:
-        return None
-
-
 def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can_exclude: Callable[[str], bool],
                   fast: Fast | None = None) -> tuple[CandidateRow | None, str]:
     """The over-budget candidate to repair, and why (``(None, reason)`` when there is none worth it).
@@ -49,7 +39,9 @@ def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can
     ``fast.outpaced`` leaves out a base already slower than a passing candidate that beats fp32: under the
     latency objective its repair could not win.
     """
-    fast = fast or _AnySpeed()
+    from .quick import BaseSpeed
+
+    fast = fast or BaseSpeed()   # without quick figures every row may be a base, chosen by size
     usable = [r for r in rows if r.over_budget and r.path and primary in r.drops and not r.same_as
               and math.isfinite(r.drops[primary]) and can_exclude(r.strategy)]
     if usable and not any(fast(r) for r in usable):
@@ -62,12 +54,11 @@ def fallback_base(rows: Sequence[CandidateRow], primary: str, budget: float, can
         if not usable:
             return None, (f"no over-budget candidate is clearly lighter (<= {CLEARLY_LIGHTER:.0%} of the size) "
                           "than the lightest one within budget")
-        catching = [r for r in usable if fast.outpaced(r, passing) is None]
-        if not catching:
-            ahead = fast.outpaced(usable[0], passing)
-            return None, (f"every clearly lighter over-budget candidate is slower here than {ahead}, which is within "
-                          "budget, and keeping nodes in float would not make it faster")
-        usable = catching
+        ahead = [fast.outpaced(r, passing) for r in usable]
+        if all(ahead):
+            return None, (f"every clearly lighter over-budget candidate is slower here than {ahead[0]}, which is "
+                          "within budget, and keeping nodes in float would not make it faster")
+        usable = [r for r, faster in zip(usable, ahead) if faster is None]
     if not usable:
         return None, "no quantized candidate can keep nodes in float"
     close = [r for r in usable if r.drops[primary] <= 3 * budget]
