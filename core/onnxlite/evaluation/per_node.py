@@ -181,6 +181,21 @@ def activation_sqnr(float_model: str, qdq_model: str, feeds: Sequence[dict[str, 
     return errors
 
 
+def _activation_qdq(qdq: Any) -> set[str]:
+    """The Q/DQ nodes on activations (not on weights): every pair that goes when one node is measured alone,
+    the graph inputs' too (they have no owner node)."""
+    weights = {i.name for i in qdq.graph.initializer}
+    return {n.name for n in qdq.graph.node if n.op_type in QDQ_OPS and n.input[0] not in weights}
+
+
+def _drops_without(qdq: Any, drop: set[str], reference: Any, judge: Judge, path: Path) -> dict[str, float]:
+    """The judge's drops for ``qdq`` with the Q/DQ nodes ``drop`` removed (written to ``path``)."""
+    import onnx
+
+    onnx.save(without_qdq(qdq, drop, reference), str(path))
+    return judge.drops(judge.score(path))
+
+
 def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.PathLike[str], judge: Judge, *,
                     activation_samples: int = 8, isolate: bool = True,
                     progress: Progress | None = None) -> PerNodeResult:
@@ -197,7 +212,6 @@ def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.Pat
     say = progress or (lambda _msg: None)
     float_model, candidate = str(float_model), str(candidate)
     qdq = onnx.load(candidate)
-    weights = {i.name for i in qdq.graph.initializer}
     groups = qdq_groups(qdq)
     if not groups.nodes:
         raise UsageError(f"{candidate}: no QuantizeLinear/DequantizeLinear nodes; --per-node needs a QDQ "
@@ -212,8 +226,7 @@ def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.Pat
     with tempfile.TemporaryDirectory(prefix="onnxlite-per-node-") as tmp:
         work = Path(tmp)
         sqnr = activation_sqnr(float_model, candidate, rows, work, folded_bounds(reference))
-        # every Q/DQ pair goes when one node is measured alone, the graph inputs' too (they have no owner node)
-        every = {n.name for n in qdq.graph.node if n.op_type in QDQ_OPS and n.input[0] not in weights}
+        every = _activation_qdq(qdq)
         alone: dict[str, dict[str, float]] = {}
         left_float: dict[str, dict[str, float]] = {}
         if isolate:
@@ -222,9 +235,7 @@ def per_node_errors(float_model: str | os.PathLike[str], candidate: str | os.Pat
                 say(f"node {k} of {total}: {name}")
                 own = set(groups.own[name])
                 for tag, drop, into in (("alone", every - own, alone), ("float", own, left_float)):
-                    path = work / f"{tag}.onnx"
-                    onnx.save(without_qdq(qdq, drop, reference), str(path))
-                    into[name] = judge.drops(judge.score(path))
+                    into[name] = _drops_without(qdq, drop, reference, judge, work / f"{tag}.onnx")
     float_names = {i.name for i in reference.graph.initializer}
     unmatched = [i.name for i in qdq.graph.initializer if i.name.endswith(QUANTIZED_SUFFIX)
                  and i.name[: -len(QUANTIZED_SUFFIX)] not in float_names]
@@ -282,8 +293,7 @@ def drops_alone(float_model: str | os.PathLike[str], candidate: str | os.PathLik
     if not groups.nodes:
         return None
     reference = onnx.load(str(float_model))
-    weights = {i.name for i in qdq.graph.initializer}
-    every = {n.name for n in qdq.graph.node if n.op_type in QDQ_OPS and n.input[0] not in weights}
+    every = _activation_qdq(qdq)
     wanted = [n for n in nodes if n in groups.own]
     started = time.monotonic()
     found: list[dict[str, Any]] = []
@@ -294,8 +304,7 @@ def drops_alone(float_model: str | os.PathLike[str], candidate: str | os.PathLik
                 break
             if progress:
                 progress(f"node {k} of {len(wanted)}: {name} alone")
-            onnx.save(without_qdq(qdq, every - set(groups.own[name]), reference), str(path))
-            drop = judge.drops(judge.score(path)).get(metric, math.nan)
+            drop = _drops_without(qdq, every - set(groups.own[name]), reference, judge, path).get(metric, math.nan)
             found.append({"node": name, "drop": drop})
     found.sort(key=lambda e: -float(e["drop"]) if math.isfinite(e["drop"]) else math.inf)
     return found
