@@ -247,9 +247,8 @@ def register_quantizers():
         needs_calibration=True,
         applies_to=("conv",),
         avoid=("transformer",),
+        # needs_source: a search's grid leaves it out, named or not, and runs it only as its last resort, with
+        # the source at hand (onnxlite.search.last_resort; docs/quantize.md)
         needs_source=("pytorch",),
         output_format=lambda options: "qoperator" if str(options.get("format")).lower() == "qoperator" else "qdq",
-        # a search runs it only as a last resort, with the source at hand (see docs/quantize.md)
-        skip_reason=lambda model: "trains the PyTorch source: lighten runs it only when no post-training "
-                                  "candidate meets the budget",
     )]
