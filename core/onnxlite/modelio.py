@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -293,14 +294,18 @@ def save_model(model: onnx.ModelProto, target: str | os.PathLike[str], external_
 
 def publish_model(produced: str | os.PathLike[str], target: str | os.PathLike[str],
                   external_data: bool | None = None, metadata: dict[str, str] | None = None,
-                  runtime: TargetRuntime | None = None) -> Path:
+                  runtime: TargetRuntime | None = None,
+                  rewrite: Callable[[onnx.ModelProto], object] | None = None) -> Path:
     """Move a model a tool wrote in a scratch folder to ``target`` atomically, re-homing its external data.
 
-    ``external_data=None`` keeps external data if the produced model had it.
+    ``external_data=None`` keeps external data if the produced model had it.  ``rewrite`` edits the loaded
+    model in place before it is written (the one load and save a published model gets).
     """
     produced = Path(produced)
     had_external = bool(external_data_files(produced))
     model = load_model(produced, load_external_data=True)
+    if rewrite is not None:
+        rewrite(model)
     if metadata:
         set_metadata(model, metadata)
     if external_data is None:

@@ -314,6 +314,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     )
     from ..protocols import QuantizeContext, QuantizeOutcome
     from ..runtime_compat import parse_target, runtime_needs
+    from ..slow_fusions import unblock
     from ..specs import parse_spec_options
 
     unknown = sorted(set(run) - {f.name for f in fields(QuantizeRun)})
@@ -398,8 +399,12 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
         # differently say so (onnxlite.hardware.model_warning) unless its int8 math cannot saturate
         details["int8_saturation_free"] = hardware.saturation_free(spec, values)
         metadata |= hardware.metadata(here, None, details["int8_saturation_free"])
+        # onnxruntime would fuse the residual Adds into its slow SkipLayerNormalization kernel, which the float
+        # export never gets (onnxlite.slow_fusions): drop the shape annotations that let it
+        unfused: list[int] = []
         publish_model(produced, target, external_data=True if had_external else None, metadata=metadata,
-                      runtime=runtime)
+                      runtime=runtime, rewrite=lambda proto: unfused.append(unblock(proto)))
+        details["dropped_value_info"] = unfused[0]
 
     out_proto = load_model(target, load_external_data=False)
     details["runtime"] = runtime_needs(out_proto).summary()
