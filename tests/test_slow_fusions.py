@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import onnxlite
 from onnxlite import quantize
 from onnxlite.slow_fusions import unblock
 
@@ -96,3 +97,18 @@ def test_only_graphs_with_a_residual_norm_lose_their_annotations():
     model = onnx.shape_inference.infer_shapes(helper.make_model(conv, opset_imports=[helper.make_opsetid("", 17)]))
     before = len(model.graph.value_info)
     assert before == 2 and unblock(model) == 0 and len(model.graph.value_info) == before
+
+
+def test_export_drops_the_annotations_an_exporter_left(tmp_path):
+    # what the dynamo and tf2onnx exporters write: every intermediate tensor annotated, with shared symbols
+    model = _block()
+    model.graph.value_info.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["b", "s", WIDTH])
+                                  for node in model.graph.node for name in node.output)
+    annotated = tmp_path / "annotated.onnx"
+    onnx.save(model, str(annotated))
+    assert _fused_ops(annotated, tmp_path)["SkipLayerNormalization"] > 0
+
+    result = onnxlite.export(str(annotated), tmp_path / "exported.onnx")
+    assert result.verified and any("SkipLayerNormalization" in note for note in result.notes)
+    assert _fused_ops(result.path, tmp_path)["SkipLayerNormalization"] == 0
+    assert onnx.load(str(annotated)).SerializeToString() == model.SerializeToString(), "the input is untouched"

@@ -254,6 +254,7 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
     atol, rtol, samples = how.atol, how.rtol, how.samples
     from ..atomic import scratch_dir
     from ..modelio import external_data_files, load_model, model_size, save_model, set_metadata
+    from ..slow_fusions import unblock
     from .verify import verify as run_verify
 
     step = on_step or (lambda _message: None)
@@ -285,6 +286,9 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
             raise OnnxliteError(f"{source}: the {loaded.framework} plugin reported success but wrote no model")
         had_external = bool(external_data_files(raw))
         model = load_model(raw, load_external_data=True)
+        # the dynamo and tf2onnx exporters keep shape annotations that let onnxruntime fuse every residual
+        # Add + LayerNormalization into its slower SkipLayerNormalization kernel (onnxlite.slow_fusions)
+        unfused = unblock(model)
         metadata = {key: str(value) for key, value in provenance.items() if key.startswith("onnxlite.")}
         metadata.update({
             "onnxlite.framework": loaded.framework,
@@ -320,4 +324,6 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
                         inputs=[str(spec) for spec in specs], outputs=outputs, size_bytes=model_size(output),
                         verification=verification, fallback=provenance.get("onnxlite.fallback"),
                         metadata=metadata,
-                        notes=[provenance["onnxlite.cast"]] if provenance.get("onnxlite.cast") else [])
+                        notes=([provenance["onnxlite.cast"]] if provenance.get("onnxlite.cast") else [])
+                        + ([f"dropped {unfused} shape annotations that would fuse residual Add + "
+                            "LayerNormalization into onnxruntime's slower SkipLayerNormalization"] if unfused else []))
