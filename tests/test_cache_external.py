@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 import onnxlite
 from onnxlite.modelio import external_data_files
-from onnxlite.search.cache import ResultCache, model_hash
+from onnxlite.search.cache import CACHE_VERSION, ResultCache, model_hash
 from onnxlite.search.tasks import TaskResult
 
 from helpers import SeenExecutor, make_mlp
@@ -37,7 +37,7 @@ def test_a_model_with_external_data_hits_on_a_rerun_and_misses_when_its_data_cha
     first = _search(model, tmp_path / "a", cache, str(data))
     stored = first.settings["cache"]["stored"]
     assert stored >= 2 and first.settings["cache"]["hits"] == 0, first.settings["cache"]
-    entries = [p for p in (cache / "v1").rglob("result.json")]
+    entries = [p for p in (cache / f"v{CACHE_VERSION}").rglob("result.json")]
     assert any(len(os.listdir(p.parent)) > 2 for p in entries), "no entry holds a model's external data file"
 
     seen = SeenExecutor()

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from .tasks import TaskResult
 
 #: bump when what an entry holds changes meaning: older entries are then simply never found
-CACHE_VERSION = "1"
+#: (2: quantized models lost the shape annotations that made onnxruntime run a slower kernel, slow_fusions)
+CACHE_VERSION = "2"
 
 
 def default_cache_dir() -> Path:
