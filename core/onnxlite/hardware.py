@@ -22,9 +22,12 @@ import platform
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .specs import QuantizerSpec
 
 #: ``metadata_props`` keys lighten writes into its model, so a lone model.onnx says where it was judged
 ISA_KEY = "onnxlite.isa"
@@ -255,14 +258,14 @@ def model_warning(paths: Iterable[str | os.PathLike[str]], here: Hardware) -> st
     return None
 
 
-def options_of(spec: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+def options_of(spec: QuantizerSpec, options: Mapping[str, Any]) -> dict[str, Any]:
     """A strategy's defaults with ``options`` over them (what its predicates are asked about)."""
-    return {o.name: o.default for o in getattr(spec, "options", ())} | dict(options)
+    return {o.name: o.default for o in spec.options} | dict(options)
 
 
-def saturation_free(spec: Any, options: Mapping[str, Any]) -> bool:
+def saturation_free(spec: QuantizerSpec, options: Mapping[str, Any]) -> bool:
     """The strategy's own word that these options cannot saturate (no word: it runs no int8 kernels)."""
-    check = getattr(spec, "saturation_free", None)
+    check = spec.saturation_free
     if check is None:
         return True
     try:

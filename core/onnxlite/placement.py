@@ -412,7 +412,7 @@ def format_advice(provider_name: str, fmt: str) -> str | None:
     from .registry import get_registry
 
     spec = get_registry().get("provider", provider_name).spec
-    fast = getattr(spec, "fast_formats", ())
+    fast = spec.fast_formats
     if not fast or fmt in fast:
         return None
     return (f"{spec.ort_name} does not run {fmt} models fast (it accelerates {', '.join(fast)}); "

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .pruning import PRUNE_SAMPLES
 
 if TYPE_CHECKING:
+    from ..specs import QuantizerSpec
     from .cache import CacheContext, ResultCache
     from .candidates import Candidate
     from .results import CandidateRow
@@ -85,13 +86,13 @@ class Ledger:
                 "same_as": {t.name: t.same_as for t in self.trials if t.how == "duplicate"}}
 
 
-def normalise_options(spec: Any, options: Mapping[str, Any], ops: set[str] | None = None) -> dict[str, Any]:
+def normalise_options(spec: QuantizerSpec, options: Mapping[str, Any], ops: set[str] | None = None) -> dict[str, Any]:
     """The options that change what ``spec`` writes: defaults dropped, lists as tuples, absent op types removed.
 
     ``op_types=MatMul,Gather`` on a model without Gather is ``op_types=MatMul``; ``per_channel=false``
     where false is the default is no option at all.
     """
-    defaults = {o.name: o.default for o in getattr(spec, "options", ())}
+    defaults = {o.name: o.default for o in spec.options}
     found: dict[str, Any] = {}
     for name, value in options.items():
         if isinstance(value, list):
@@ -110,7 +111,7 @@ def normalise_options(spec: Any, options: Mapping[str, Any], ops: set[str] | Non
     return dict(sorted(found.items()))
 
 
-def _signature(candidate: Candidate, spec: Any, ops: set[str] | None, judge: str) -> str:
+def _signature(candidate: Candidate, spec: QuantizerSpec, ops: set[str] | None, judge: str) -> str:
     return json.dumps([candidate.strategy, normalise_options(spec, candidate.options, ops),
                        sorted(candidate.keep_float), judge], sort_keys=True, default=str)
 
