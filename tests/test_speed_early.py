@@ -134,6 +134,29 @@ def test_quick_timing_times_each_candidate_against_fp32_in_turns(tmp_path):
     assert all(r > 0 for r in found.ratios.values()) and found.fp32_ms and found.fp32_ms > 0
 
 
+def test_quick_timing_stops_each_sessions_spinning_so_the_other_gets_the_cores(tmp_path, monkeypatch):
+    """Two sessions take turns in one process: each must stop spinning at a run's end (onnxruntime's own option)."""
+    import numpy as np
+
+    import onnxlite.runtime
+    from onnxlite.runtime import SessionSettings
+    from onnxlite.search.quick import SPIN_STOP
+
+    model = make_mlp(tmp_path / "mlp.onnx")
+    seen = []
+    real = onnxlite.runtime.create_session
+
+    def recording(path, settings=None, options=None):
+        session = real(path, settings, options)
+        seen.append(options.get_session_config_entry(SPIN_STOP[0]) if options is not None else None)
+        return session
+
+    monkeypatch.setattr(onnxlite.runtime, "create_session", recording)
+    feeds = {"x": np.random.default_rng(0).standard_normal((8, 32)).astype(np.float32)}
+    found = time_quickly(str(model), {"copy": str(model)}, feeds, SessionSettings(threads=1), runs=2)
+    assert set(found.ratios) == {"copy"} and seen == [SPIN_STOP[1], SPIN_STOP[1]]
+
+
 @pytest.mark.unit
 def test_never_a_slower_larger_winner_while_a_light_fast_one_is_within_budget():
     """Once the repair exists (within budget, >= 3x smaller, faster than fp32), the slower, larger fp16 cannot win."""

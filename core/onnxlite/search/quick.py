@@ -7,7 +7,9 @@ alone can spend the whole repair budget on a model no one would ship.
 
 Each candidate is timed in turns with the fp32 model (``runs`` turns of one run each after a
 warm-up), so a load that comes and goes touches both alike; the figure is the ratio of the
-two medians (above 1: slower than fp32).
+two medians (above 1: slower than fp32).  Both sessions live in this process, so each stops
+its intra-op threads' spinning at the end of a run (:data:`SPIN_STOP`): else the threads of
+the session that just ran keep the cores busy through the other's run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ SLOWER_MARGIN = 0.10
 #: below this fp32 time per batch, per-call overhead rather than the format decides the speed: the quick
 #: timing then says nothing about the format, and the bases are chosen by size as before
 MEANINGFUL_MS = 1.0
+#: onnxruntime's intra-op threads spin for a while after a run, waiting for more work; in turns of two
+#: sessions the next run is the other one's.  On 2 cores (AVX-512 VNNI) MiniLM fp32 then took 134-145 ms
+#: a batch instead of 78-81 and int8 dynamic's ratio read 0.64-0.70 instead of 0.46-0.52, the figures an
+#: isolated benchmark gives (benchmarks/quick_timing.py).  ``onnxlite bench`` stops idle workers instead;
+#: here the spin stops at each run's end, which costs a thread wake-up a run: nothing at >= 1 ms a batch.
+SPIN_STOP = ("session.force_spinning_stop", "1")
 
 
 @dataclass(frozen=True)
@@ -53,16 +61,21 @@ class QuickTimes:
 def time_quickly(fp32: str, models: Mapping[str, str], feeds: Mapping[str, Any], settings: Any,
                  runs: int = QUICK_RUNS) -> QuickTimes:
     """Time each of ``models`` (name -> path) in turns with ``fp32`` on ``feeds``; one that will not run is left out."""
-    from ..runtime import create_session, run_session
+    from ..runtime import create_session, run_session, session_options
+
+    def open_session(path: str) -> Any:
+        options = session_options(settings)
+        options.add_session_config_entry(*SPIN_STOP)
+        return create_session(path, settings, options)
 
     started = time.perf_counter()
-    base = create_session(fp32, settings)
+    base = open_session(fp32)
     run_session(base, feeds)   # warm-up
     ratios: dict[str, float] = {}
     fp32_all: list[float] = []
     for name, path in models.items():
         try:
-            session = create_session(path, settings)
+            session = open_session(path)
             run_session(session, feeds)
         except Exception:  # noqa: BLE001, S112 - the final benchmark reports a model that cannot run
             continue
