@@ -158,10 +158,11 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
             search.later = later_stages(search.ctx, search.rows, search.quick, config, chosen is None)
             if chosen is None:   # qat: only when post-training lost at >= 3x and the source is PyTorch
                 search.resort = last_resort(search.ctx, search.rows, ref.baseline, inputs, config)
+                if search.resort.cut_short:     # said with the other stages the time budget kept from starting
+                    search.later = search.later.with_skipped("the last resort")
             search.benchmark(config.batch, config.runs)
         result = search.finish(out, chosen)
-        cut = ("the last resort",) if search.resort is not None and search.resort.cut_short else ()
-        account(trials, replace(search.later, skipped=search.later.skipped + cut), result, emit)
+        account(trials, search.later, result, emit)
         result.seconds = round(time.perf_counter() - started, 1)
         publish(result, out, work, search.recipe(result), source, env.target, isa)
     emit("done", {"message": result.message})

@@ -16,7 +16,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,6 +54,10 @@ class LaterStages:
     partial: dict[str, Any] | None = None
     skipped: tuple[str, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def with_skipped(self, stage: str) -> LaterStages:
+        """This record with one more stage the time budget kept from starting (one that runs after these)."""
+        return replace(self, skipped=(*self.skipped, stage))
 
 
 def best_so_far(rows: Sequence[CandidateRow], quick: QuickTimes | None = None) -> CandidateRow | None:
