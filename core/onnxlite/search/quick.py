@@ -32,9 +32,9 @@ SLOWER_MARGIN = 0.10
 #: timing then says nothing about the format, and the bases are chosen by size as before
 MEANINGFUL_MS = 1.0
 #: onnxruntime's intra-op threads spin for a while after a run, waiting for more work; in turns of two
-#: sessions the next run is the other one's.  On 2 cores (AVX-512 VNNI) MiniLM fp32 then took 134-145 ms
-#: a batch instead of 78-81 and int8 dynamic's ratio read 0.64-0.70 instead of 0.46-0.52, the figures an
-#: isolated benchmark gives (benchmarks/quick_timing.py).  ``onnxlite bench`` stops idle workers instead;
+#: sessions the next run is the other one's.  On 2 cores (AVX-512 VNNI) MiniLM fp32 then took 115 ms a batch
+#: instead of 77 and int8 dynamic's ratio read 0.62 instead of 0.45, where an isolated benchmark gives 0.44
+#: (medians of 5 passes, benchmarks/quick_timing.py).  ``onnxlite bench`` stops idle workers instead;
 #: here the spin stops at each run's end, which costs a thread wake-up a run: nothing at >= 1 ms a batch.
 SPIN_STOP = ("session.force_spinning_stop", "1")
 
