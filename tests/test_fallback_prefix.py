@@ -132,6 +132,23 @@ def test_a_float_prefix_repairs_an_input_end_that_keeping_its_conv_float_does_no
     assert probe["drop"] == winner.select_drops["y.cosine_mean"] != winner.drops["y.cosine_mean"]
 
 
+def test_with_too_few_held_out_samples_for_a_select_part_the_confirmed_repair_can_still_win(tmp_path):
+    """Below MIN_SPLIT held-out samples the probes and the confirming row share one judge: the row repeats its
+    probe, and must stand as that probe's verdict (it once read "the same candidate as" itself, rejected)."""
+    from onnxlite.search.confidence import MIN_SPLIT
+
+    model = fragile_input_end(tmp_path / "fragile.onnx")
+    calibration, held = _data(tmp_path)
+    few = tmp_path / "few.npz"
+    np.savez(few, x=np.load(held)["x"][:MIN_SPLIT - 2])
+    result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["static"], metric="cosine_mean",
+                              max_drop="1%", data=str(few), calibration=calibration, runs=2)
+    assert not result.evidence["parts"].get("select"), result.evidence["parts"]    # no select part set aside
+    winner = result.winner
+    assert winner is not None and winner.keep_float == ["scale_input", "conv1"], result.message
+    assert winner.same_as is None and winner.drops["y.cosine_mean"] <= 0.01
+
+
 def test_the_prefix_search_finds_the_shortest_prefix_that_passes(tmp_path):
     """The Mul sits before conv3 of six: prefixes of 1 and 2 convs leave it quantized, 3 is the shortest that passes."""
     model = fragile_input_end(tmp_path / "fragile.onnx", convs=6, at=3)

@@ -117,6 +117,41 @@ def test_two_identical_candidates_run_once(tmp_path):
     assert again[0].drops == results[2].drops and sorted(seen.names) == sorted([plain.name, other.name])
 
 
+def test_a_row_repeating_its_own_probe_keeps_the_probes_verdict(tmp_path):
+    """The fallback confirms, as a row, the repair it probed under the same name; with no select part both get
+    the same judge, so it runs once, and the row is that verdict (not "the same candidate as" itself)."""
+    import onnxruntime as ort
+
+    from onnxlite.evaluation.judge import Judge
+    from onnxlite.search.candidates import Candidate
+    from onnxlite.search.tasks import save_judge
+    from onnxlite.search.trials import TimeBudget, candidate_rows, make_context, run_trials
+
+    model = make_mlp(tmp_path / "mlp.onnx")
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    judge_dir = save_judge(Judge({"y": y}, {"x": x}, None, ["y.cosine_mean"], max_drop="5%"), tmp_path / "judge")
+    repair = Candidate("dynamic+float1", "dynamic", {"exclude": ("fc2",)})
+    plain = Candidate("dynamic", "dynamic", {})
+    task = {"model": str(model), "calibration": None, "check_data": None, "judge": str(judge_dir), "settings": {}}
+    tasks = [task | {"candidate": c.to_dict(), "output": str(tmp_path / f"{i}.onnx")}
+             for i, c in enumerate((repair, plain))]
+    seen = SeenExecutor()
+    try:
+        ctx = make_context(seen, lambda *_: None, model, None, {}, None, False, TimeBudget())
+        probed = run_trials(ctx, [repair, plain], tasks, 1, tmp_path / "probes", stage="probes")
+        rows = candidate_rows(ctx, [repair, Candidate("twin", "dynamic", {})], tasks, 1, tmp_path / "rows",
+                              model.stat().st_size * 10, "y.cosine_mean")
+    finally:
+        seen.close()
+    assert sorted(seen.names) == sorted([repair.name, plain.name]), seen.names      # each ran once
+    row, twin = rows
+    assert probed[0].status == "ok" and row.status == "ok" and row.same_as is None, (row.status, row.reason)
+    assert row.drops == probed[0].drops
+    # a row repeating another candidate is still shown as that repeat
+    assert twin.same_as == plain.name and twin.status == "rejected"
+
+
 def test_the_cache_hits_on_a_rerun_and_misses_when_an_input_changes(tmp_path, monkeypatch):
     model = make_mlp(tmp_path / "mlp.onnx")
     data = _data(tmp_path)

@@ -371,8 +371,10 @@ def candidate_rows(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Se
 
     before = len(ctx.ledger.trials)   # the trials this batch adds: a probe may share a row's name
     results = run_trials(ctx, candidates, tasks, workers, folder, on_result=on_result)
+    # A row repeating a probe of its own name (the fallback confirms the repair it probed; with no select part
+    # both get the same judge) is that probe's verdict as a row, not a repeat of another row.
     same = {t.name: (t.same_as, "is the same candidate, once options are normalised, as")
-            for t in ctx.ledger.trials[before:] if t.how == "duplicate"}
+            for t in ctx.ledger.trials[before:] if t.how == "duplicate" and t.same_as != t.name}
     same |= {k: (v, "writes the same model, byte for byte, as") for k, v in same_model_as(results, same).items()}
     new = [rows.get(r.name) or candidate_row(r) for r in results if r is not None]
     for row in new:
