@@ -83,19 +83,25 @@ def test_the_pool_survives_a_segfault_and_a_sigkilled_worker(tmp_path, fresh_plu
     assert pool["workers_started"] == 1 + pool["workers_replaced"] < pool["tasks"], pool
 
 
-def test_two_identical_candidates_run_once(tmp_path):
-    """op_types=MatMul,Gemm,Gather on a model with no Gather (or Gemm) is plain dynamic: one task, two results."""
+def _mlp_and_judge(tmp_path: Path) -> tuple[Path, Path]:
+    """An MLP and a saved judge of its own outputs on 64 samples (cosine, 5% budget), for trials run by hand."""
     import onnxruntime as ort
 
     from onnxlite.evaluation.judge import Judge
-    from onnxlite.search.candidates import Candidate
     from onnxlite.search.tasks import save_judge
-    from onnxlite.search.trials import TimeBudget, make_context, run_trials
 
     model = make_mlp(tmp_path / "mlp.onnx")
     x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
     y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    judge_dir = save_judge(Judge({"y": y}, {"x": x}, None, ["y.cosine_mean"], max_drop="5%"), tmp_path / "judge")
+    return model, save_judge(Judge({"y": y}, {"x": x}, None, ["y.cosine_mean"], max_drop="5%"), tmp_path / "judge")
+
+
+def test_two_identical_candidates_run_once(tmp_path):
+    """op_types=MatMul,Gemm,Gather on a model with no Gather (or Gemm) is plain dynamic: one task, two results."""
+    from onnxlite.search.candidates import Candidate
+    from onnxlite.search.trials import TimeBudget, make_context, run_trials
+
+    model, judge_dir = _mlp_and_judge(tmp_path)
     plain = Candidate("dynamic", "dynamic", {})
     twin = Candidate("dynamic[op_types=MatMul,Gemm,Gather]", "dynamic", {"op_types": ("MatMul", "Gemm", "Gather")})
     other = Candidate("dynamic[reduce_range=true]", "dynamic", {"reduce_range": True})
@@ -120,17 +126,10 @@ def test_two_identical_candidates_run_once(tmp_path):
 def test_a_row_repeating_its_own_probe_keeps_the_probes_verdict(tmp_path):
     """The fallback confirms, as a row, the repair it probed under the same name; with no select part both get
     the same judge, so it runs once, and the row is that verdict (not "the same candidate as" itself)."""
-    import onnxruntime as ort
-
-    from onnxlite.evaluation.judge import Judge
     from onnxlite.search.candidates import Candidate
-    from onnxlite.search.tasks import save_judge
     from onnxlite.search.trials import TimeBudget, candidate_rows, make_context, run_trials
 
-    model = make_mlp(tmp_path / "mlp.onnx")
-    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
-    y = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    judge_dir = save_judge(Judge({"y": y}, {"x": x}, None, ["y.cosine_mean"], max_drop="5%"), tmp_path / "judge")
+    model, judge_dir = _mlp_and_judge(tmp_path)
     repair = Candidate("dynamic+float1", "dynamic", {"exclude": ("fc2",)})
     plain = Candidate("dynamic", "dynamic", {})
     task = {"model": str(model), "calibration": None, "check_data": None, "judge": str(judge_dir), "settings": {}}
