@@ -38,7 +38,7 @@ from .choose import deciding_objective, latency_margin, no_winner_message, pick_
 from .config import DEFAULT_MAX_DROP, LightenConfig
 from .last_resort import LastResort, last_resort, source_task
 from .outdir import publish
-from .recipes import Recipe, effective_options, recipe_candidate, record
+from .recipes import Recipe, acted_options, recipe_candidate, record
 from .results import CandidateRow, LightenResult, ratio_text, speed_text, why_won
 from .stopping import LaterStages, account, final_runs, interrupted, later_stages
 
@@ -277,12 +277,13 @@ class _Search:
                 row.status, row.reason = "failed", f"benchmark failed: {measured.note}"
 
     def recipe(self, result: LightenResult) -> Recipe | None:
-        """The winner's ``recipe.toml``: the options that acted on it (issue 25: not an op type it has no node
-        of), the budgets, where it was judged, and what a replay needs (:func:`~onnxlite.search.recipes.record`)."""
+        """The winner's ``recipe.toml``: its options as it ran them, a note of what of them acted on the graph,
+        the budgets, where it was judged, and what a replay needs (:func:`~onnxlite.search.recipes.record`)."""
         winner, judge, isa = result.winner, self.judge, self.env.isa
         if winner is None:
             return None
-        return Recipe(strategy=winner.strategy, options=effective_options(winner.options, self.ref.fp32),
+        return Recipe(strategy=winner.strategy, options=dict(winner.options),
+                      acted=acted_options(winner.options, self.ref.fp32),
                       excluded_nodes=tuple(winner.keep_float), metric=judge.primary,
                       max_drop=judge.budgets.get(judge.primary), budgets=dict(judge.budgets),
                       objective=result.objective, provider=self.settings.provider, framework=self.inputs.framework,

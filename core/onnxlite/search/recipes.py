@@ -34,7 +34,7 @@ class Recipe:
     provider: str = "cpu"
     framework: str | None = None
     inputs: tuple[str, ...] = ()
-    #: what the run needs to load its source and data again (issue 14: a replay must not ask for them)
+    #: what the run needs to load its source and data again (a replay must not ask for them)
     model_class: str | None = None
     source_options: Mapping[str, Any] = field(default_factory=dict)
     data: str | None = None
@@ -46,6 +46,9 @@ class Recipe:
     #: where the verdict was judged and timed (onnxlite.hardware.Hardware.to_dict()), and the --target-cpu kind
     hardware: Mapping[str, Any] = field(default_factory=dict)
     target_cpu: str | None = None
+    #: a note for the reader, never read back as options: what of ``options`` acted on the source graph
+    #: (``op_types`` that have nodes there); a replay uses ``options`` as they are
+    acted: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def isa(self) -> str | None:
@@ -69,6 +72,8 @@ class Recipe:
             doc["budget"]["max_drops"] = {k: float(v) for k, v in self.budgets.items()}
         if self.excluded_nodes:
             doc["strategy"]["excluded_nodes"] = list(self.excluded_nodes)
+        if self.acted:
+            doc["strategy"]["acted"] = _plain(dict(self.acted))
         source = {k: v for k, v in (("framework", self.framework), ("inputs", list(self.inputs)),
                                     ("model_class", self.model_class),
                                     ("options", _plain(dict(self.source_options)))) if v}
@@ -83,17 +88,22 @@ class Recipe:
             tomli_w.dumps(doc)
 
 
-def effective_options(options: Mapping[str, Any], model: Any) -> dict[str, Any]:
-    """The options as they acted on ``model`` (an ONNX path or ModelProto): ``op_types`` entries the graph has no
-    node of did nothing (Gather on a model without Gather), so the recipe does not record them."""
+def acted_options(options: Mapping[str, Any], model: Any) -> dict[str, Any]:
+    """What of ``options`` acted on ``model`` (an ONNX path or ModelProto), for the recipe's note: the ``op_types``
+    entries the graph has nodes of ({} when every entry has some, or there is no such option).
+
+    Only a note: the recipe keeps the options as the winner ran them, since they are what reproduces it
+    (onnxruntime's dynamic int8 splits a Gemm into a MatMul before it quantizes, so ``op_types = ["Gemm"]``
+    alone would quantize nothing).
+    """
     wanted = options.get("op_types")
     if not wanted or isinstance(wanted, str):
-        return dict(options)
+        return {}
     from ..graph_family import as_model
 
     present = {n.op_type for n in as_model(model).graph.node}
     kept = tuple(op for op in wanted if op in present)
-    return dict(options) | {"op_types": kept or tuple(wanted)}
+    return {} if len(kept) == len(tuple(wanted)) else {"op_types": kept}
 
 
 def _plain(options: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +159,7 @@ def read_recipe(path: str | os.PathLike[str]) -> Recipe:
         batch=doc.get("runtime", {}).get("batch"),
         hardware={k: v for k, v in doc.get("hardware", {}).items() if k != "target_cpu"},
         target_cpu=doc.get("hardware", {}).get("target_cpu"),
+        acted=dict(strategy.get("acted", {})),
     )
 
 
@@ -295,7 +306,9 @@ def recipe_candidate(recipe: Recipe, calibration_for: Any) -> Any:
     # The recipe's options already hold the float nodes in the strategy's exclusion option;
     # excluded_nodes is kept for the record.
     option = exclude_option(spec) if recipe.excluded_nodes else None
-    name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items() if k != option})
+    # An empty option (mixed's assign = []) is left out of the name, as the search names it.
+    name = candidate_name(recipe.strategy, {k: v for k, v in recipe.options.items()
+                                            if k != option and v not in ([], (), "")})
     if recipe.excluded_nodes:
         name += f"+float{len(recipe.excluded_nodes)}"
     if spec.needs_calibration and calibration_for(spec) is None:
