@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 import onnxlite
 from onnxlite.modelio import external_data_files
@@ -80,3 +81,31 @@ def test_a_restored_model_takes_its_own_data_file_name(tmp_path):
     assert model_hash(hit.path) != model_hash(source)   # a different name inside; the same weights
     data_file.write_bytes(data_file.read_bytes()[::-1])
     assert model_hash(source) != model_hash(tmp_path / "cache" / "nothing.onnx")
+
+
+@pytest.mark.unit
+def test_modelio_finds_external_tensors_in_subgraphs_and_renames_them(tmp_path):
+    """modelio walks the graph itself (no private onnx names): an initializer and a Constant inside an If
+    branch, both stored outside, are found, named when their file is missing, and renamed in place."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxlite.modelio import external_locations, missing_external_data, rename_external_data, uses_external_data
+
+    big = np.arange(4096, dtype=np.float32)
+    branch = helper.make_graph([helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(big, "c"))],
+                               "then", [], [helper.make_tensor_value_info("c", TensorProto.FLOAT, [4096])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["c"], then_branch=branch, else_branch=branch),
+         helper.make_node("Add", ["c", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [numpy_helper.from_array(big, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.onnx.data",
+              size_threshold=0, convert_attribute=True)
+    proto = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    assert uses_external_data(proto) and external_locations(proto) == ["m.onnx.data"]
+    (tmp_path / "m.onnx.data").unlink()
+    assert sorted(name for name, _ in missing_external_data(proto, tmp_path / "m.onnx")) == ["c", "c", "w"]
+    rename_external_data(proto, {"m.onnx.data": "other.data"})
+    assert external_locations(proto) == ["other.data"]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,17 +65,54 @@ def load_model(path: str | os.PathLike[str], load_external_data: bool = True) ->
 
 def missing_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> list[tuple[str, Path]]:
     """``(tensor name, file)`` for each tensor of ``model`` (read from ``path``) whose external data file is absent."""
-    from onnx.external_data_helper import _get_all_tensors
-    from onnx.external_data_helper import uses_external_data as external
-
     folder = Path(path).parent
-    missing = []
-    for tensor in _get_all_tensors(model):
-        if external(tensor):
-            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            if not (folder / location).is_file():
-                missing.append((tensor.name, folder / location))
-    return missing
+    return [(tensor.name, folder / location) for tensor in external_tensors(model)
+            if not (folder / (location := _location(tensor))).is_file()]
+
+
+def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor of ``model`` stored outside the .onnx file: initializers, sparse initializers and tensor
+    attributes (``Constant`` values), in the main graph, its subgraphs and the model's functions."""
+    def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield from (sparse.values, sparse.indices)
+        yield from node_tensors(graph.node)
+
+    def node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
+        for node in nodes:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+                yield from attribute.tensors
+                if attribute.HasField("sparse_tensor"):
+                    yield from (attribute.sparse_tensor.values, attribute.sparse_tensor.indices)
+                if attribute.HasField("g"):
+                    yield from graph_tensors(attribute.g)
+                for graph in attribute.graphs:
+                    yield from graph_tensors(graph)
+
+    from onnx import TensorProto
+
+    tensors = itertools.chain(graph_tensors(model.graph), *(node_tensors(f.node) for f in model.functions))
+    return (t for t in tensors if t.HasField("data_location") and t.data_location == TensorProto.EXTERNAL)
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    return next((e.value for e in tensor.external_data if e.key == "location"), "")
+
+
+def external_locations(model: onnx.ModelProto) -> list[str]:
+    """The external-data files ``model`` (parsed) names, relative to it, sorted and each once."""
+    return sorted({_location(t) for t in external_tensors(model)} - {""})
+
+
+def rename_external_data(model: onnx.ModelProto, renamed: Mapping[str, str]) -> None:
+    """Point ``model``'s external tensors at new file names (``old location -> new``), in place."""
+    for tensor in external_tensors(model):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value in renamed:
+                entry.value = renamed[entry.value]
 
 
 def read_header(path: str | os.PathLike[str]) -> onnx.ModelProto:
@@ -154,10 +192,7 @@ def private_copy(model: str | os.PathLike[str], folder: str | os.PathLike[str]) 
 
 def uses_external_data(model: onnx.ModelProto) -> bool:
     """Whether any tensor of ``model`` is stored outside the .onnx file."""
-    from onnx.external_data_helper import _get_all_tensors
-    from onnx.external_data_helper import uses_external_data as external
-
-    return any(external(t) for t in _get_all_tensors(model))
+    return next(external_tensors(model), None) is not None
 
 
 def load_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> onnx.ModelProto:

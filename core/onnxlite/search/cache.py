@@ -174,43 +174,33 @@ class ResultCache:
 def _external(path: str | os.PathLike[str]) -> list[str] | None:
     """The external-data files the model names, relative to it ([] for none); None when it cannot be cached:
     unreadable, a data file missing, or one that is not a plain name beside it (an entry holds flat files)."""
-    from ..modelio import read_header
+    from ..modelio import external_locations, read_header
 
     try:
         model = read_header(path)   # shared: the benchmark reads the same header
     except Exception:  # noqa: BLE001 - unreadable: not worth caching
         return None
-    found = sorted(_locations(model))
+    found = external_locations(model)
     folder = Path(path).parent
     if any(Path(n).name != n or n in {"model.onnx", "result.json"} or not (folder / n).is_file() for n in found):
         return None
     return found
 
 
-def _locations(model: Any) -> set[str]:
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    return {e.value for t in _get_all_tensors(model) if uses_external_data(t) for e in t.external_data
-            if e.key == "location"}
-
-
 def _restore(model: Path, output: Path) -> None:
     """Copy a cached model to ``output``; its external data to ``<output>.data`` (``.data1``... for more files),
     the references rewritten, so the copy never takes another model's data file name in that folder."""
     import onnx
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    from ..modelio import external_locations, rename_external_data
 
     proto = onnx.load(str(model), load_external_data=False)
-    names = sorted(_locations(proto))
+    names = external_locations(proto)
     if not names:
         shutil.copyfile(model, output)
         return
     renamed = {n: f"{output.name}.data{i or ''}" for i, n in enumerate(names)}
-    for tensor in _get_all_tensors(proto):
-        if uses_external_data(tensor):
-            for entry in tensor.external_data:
-                if entry.key == "location":
-                    entry.value = renamed[entry.value]
+    rename_external_data(proto, renamed)
     for old, new in renamed.items():   # the data before the model that names it, as save_model does
         shutil.copyfile(model.parent / old, output.parent / new)
     scratch = output.with_name(f".{output.name}.{uuid.uuid4().hex[:8]}")
