@@ -192,11 +192,6 @@ def get_plugin_host() -> PluginHost:
     return host
 
 
-def get_plugin_manager() -> pluggy.PluginManager:
-    """The pluggy manager, for plugins and tests that want the raw thing."""
-    return get_plugin_host().pm
-
-
 def reset() -> None:
     """Forget loaded plugins (tests use this after changing the environment)."""
     get_plugin_host.cache_clear()  # the registry is keyed by the host, so it follows

@@ -7,8 +7,6 @@ from typing import Any
 
 import click
 
-FLAGS = ("executor", "ray_address", "bench_on", "shared_dir", "max_retries")
-
 
 def executor_options(f: Callable) -> Callable:
     f = click.option("--max-retries", type=click.IntRange(min=0), default=None,

@@ -9,17 +9,17 @@ or ``lighten(model, config=LightenConfig(...), runs=5)``), ``recipe.toml`` recor
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from ..events import Event
 from ..stats import DEFAULT_CONFIDENCE
 
 if TYPE_CHECKING:
     from ..executors import Executor
     from ..runtime import SessionSettings
 
-Event = Callable[[str, Mapping[str, Any]], None]
 
 #: the accuracy budget when neither the caller nor a recipe gives one
 DEFAULT_MAX_DROP = "1%"

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..events import Event
 
 if TYPE_CHECKING:
     from ..evaluation.judge import Judge
@@ -24,7 +26,6 @@ if TYPE_CHECKING:
     from .tasks import TaskResult
     from .trials import TimeBudget, TrialContext
 
-Event = Callable[[str, Mapping[str, Any]], None]
 #: judge candidates like any candidate (``workers``, candidates): their rows join the table
 RunCandidates = Callable[[int | None, Sequence["Candidate"]], list["CandidateRow"]]
 #: a candidate's task for the trials; its index names its files

@@ -159,7 +159,3 @@ class BaseSpeed:
 def fast_enough(quick: QuickTimes | None, objective: str) -> BaseSpeed:
     """A predicate on rows: may this one be a repair's base? Under ``objective="size"`` every one may."""
     return BaseSpeed(quick, objective)
-
-
-def slow_names(quick: QuickTimes | None, names: Sequence[str]) -> list[str]:
-    return [n for n in names if quick is not None and quick.slower_than_fp32(n)]

@@ -8,12 +8,13 @@ The source is loaded once: it serves the export and the judge (a file.py runs on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..events import Event
 from ..figures import figures_of
 from ..normalize import normalize_file
 from .heldout import export_samples, hf_tokenizer_default, split_data, write_calibration
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from .config import LightenConfig
     from .heldout import DataSets
 
-Event = Callable[[str, Mapping[str, Any]], None]
 
 GENERATED_SAMPLES = 128   # held-out samples generated when the user gives no data
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..events import Event
 from .pruning import PRUNE_SAMPLES
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 #: a candidate must be at most this fraction of the float model's size to count as lighter
 MIN_SHRINK = 0.95
 
-Event = Callable[[str, Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,15 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import OnnxliteError
+from ..events import Event
 from .manifest import PATH_KEYS, SESSION_KEYS, ModelJob
 from .outcome import ModelOutcome, from_lighten
 
-Event = Callable[[str, Mapping[str, Any]], None]
 #: a model's task asks for this much memory on top of a few copies of its source
 BASE_MEMORY = 1024**3
 

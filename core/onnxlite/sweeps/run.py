@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import UsageError
+from ..events import Event
 from .manifest import Manifest, ModelJob, read_manifest
-from .one_model import Event, run_here
+from .one_model import run_here
 from .outcome import ModelOutcome, SweepResult, from_report
 
 STATE = ".sweep"
