@@ -7,8 +7,10 @@ Run from the repository root (no model, no onnxruntime; a second or two):
 
 It prints the Python files of ``core/onnxlite`` (flat and per package), the largest modules, the
 import cycles (imports at module level and inside functions; and again with the imports under
-``TYPE_CHECKING``), the core modules that import ``onnxlite.cli``, and the functions over ten
-parameters.  ``tests/test_layout.py`` uses the same walk, so the page and the tests cannot disagree.
+``TYPE_CHECKING``; and between packages, where a package imports another that imports it back at any
+depth, each flat module counting as its own package), the core modules that import ``onnxlite.cli``,
+and the functions over ten parameters.  ``tests/test_layout.py`` uses the same walk, so the page and the
+tests cannot disagree.
 """
 
 from __future__ import annotations
@@ -99,6 +101,21 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def room(name: str) -> str:
+    """The package a module belongs to (``onnxlite.search.cache`` -> ``onnxlite.search``); a flat module is
+    its own room."""
+    parts = name.split(".")
+    return ".".join(parts[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between rooms: a package imports another when any of its modules does."""
+    rooms: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        rooms.setdefault(room(name), set()).update(room(d) for d in deps if room(d) != room(name))
+    return rooms
+
+
 def parameter_counts(*tops: Path) -> dict[str, int]:
     """``path:function`` -> how many parameters it takes (self/cls aside; click commands left out)."""
     counts: dict[str, int] = {}
@@ -131,6 +148,7 @@ def figures() -> dict[str, object]:
         "largest": [{"path": path, "lines": lines} for lines, path in sizes[:3]],
         "over_max_lines": [path for lines, path in sizes if lines > MAX_LINES],
         "import_cycles": cycles(graph), "type_only_import_cycles": cycles(import_graph(type_only=True)),
+        "package_cycles": cycles(package_graph(import_graph(type_only=True))),
         "core_modules_importing_cli": to_cli,
         "functions_over_max_parameters": {k: v for k, v in sorted(params.items()) if v > MAX_PARAMETERS},
     }
@@ -149,7 +167,8 @@ def main() -> None:
     largest = ", ".join(f"{e['path']} {e['lines']}" for e in found["largest"])
     print(f"largest modules (lines): {largest}; over {MAX_LINES} lines: {len(found['over_max_lines'])}")
     print(f"import cycles: {len(found['import_cycles'])}; counting TYPE_CHECKING imports: "
-          f"{len(found['type_only_import_cycles'])}")
+          f"{len(found['type_only_import_cycles'])}; between packages (TYPE_CHECKING counted): "
+          f"{len(found['package_cycles'])}" + "".join(f"\n  {' <-> '.join(c)}" for c in found["package_cycles"]))
     print(f"core modules importing onnxlite.cli: {len(found['core_modules_importing_cli'])}")
     over = found["functions_over_max_parameters"]
     print(f"functions over {MAX_PARAMETERS} parameters (click commands aside): {len(over)}"

@@ -11,9 +11,9 @@ import onnxruntime as ort
 import pytest
 
 import onnxlite
+from onnxlite.jobs.candidate import TaskResult
 from onnxlite.modelio import external_data_files
 from onnxlite.search.cache import CACHE_VERSION, ResultCache, model_hash
-from onnxlite.search.tasks import TaskResult
 
 from helpers import SeenExecutor, make_mlp
 

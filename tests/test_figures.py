@@ -12,9 +12,9 @@ import pytest
 from onnxlite.benchmark.bench import BenchResult, BenchRow
 from onnxlite.evaluation.judge import CandidateResult
 from onnxlite.figures import FIGURES, JUDGED, MEASURED, Figures, copy_figures, figures_of
+from onnxlite.jobs.candidate import TaskResult
 from onnxlite.report.model import ModelRow
 from onnxlite.search.results import CandidateRow, LightenResult, candidate_row
-from onnxlite.search.tasks import TaskResult
 
 pytestmark = pytest.mark.unit
 

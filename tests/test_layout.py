@@ -78,6 +78,16 @@ def test_no_import_cycles_even_counting_type_checking_imports():
 
 
 @pytest.mark.unit
+def test_no_package_imports_a_package_that_imports_it_back():
+    """At any depth, TYPE_CHECKING imports counted, each flat module its own package: the job format sits below
+    both search/ and executors/, and search/'s stages live in search/."""
+    assert layout.cycles(layout.package_graph(layout.import_graph(type_only=True))) == []
+    assert layout.package_graph({"onnxlite.search.a": {"onnxlite.jobs.b"}, "onnxlite.jobs.b": {"onnxlite.errors"},
+                                 "onnxlite.errors": set()}) == \
+        {"onnxlite.search": {"onnxlite.jobs"}, "onnxlite.jobs": {"onnxlite.errors"}, "onnxlite.errors": set()}
+
+
+@pytest.mark.unit
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert layout.cycles(graph) == [["a", "b", "c"]]

@@ -8,10 +8,10 @@ import pytest
 from onnx import TensorProto
 
 import onnxlite
-from onnxlite import mixed_plan
 from onnxlite.errors import UsageError
 from onnxlite.evaluation.judge import Judge
-from onnxlite.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST
+from onnxlite.search import mixed_plan
+from onnxlite.search.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST
 
 from helpers import FRAGILE_WIDTH, fragile_model
 

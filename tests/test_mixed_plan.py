@@ -1,4 +1,4 @@
-"""The mixed-precision planner (onnxlite.mixed_plan) on sensitivities written here: pure, fast unit tests."""
+"""The mixed-precision planner (onnxlite.search.mixed_plan) on sensitivities written here: pure, fast unit tests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxlite.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST, assignment_options, plan, promote, weighted_nodes
+from onnxlite.search.mixed_plan import (
+    BYTES_PER_WEIGHT,
+    LIGHTEST_FIRST,
+    assignment_options,
+    plan,
+    promote,
+    weighted_nodes,
+)
 
 pytestmark = pytest.mark.unit
 

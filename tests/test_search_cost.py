@@ -88,7 +88,7 @@ def _mlp_and_judge(tmp_path: Path) -> tuple[Path, Path]:
     import onnxruntime as ort
 
     from onnxlite.evaluation.judge import Judge
-    from onnxlite.search.tasks import save_judge
+    from onnxlite.jobs.candidate import save_judge
 
     model = make_mlp(tmp_path / "mlp.onnx")
     x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
@@ -307,8 +307,8 @@ def test_pruning_never_drops_a_candidate_whose_full_data_bound_is_within_budget(
     samples is within budget survives a subset of 32; and the rule is not idle: clearly bad ones are dropped."""
     from onnxlite.evaluation.intervals import metric_interval
     from onnxlite.evaluation.metrics import resolve_metrics
+    from onnxlite.jobs.pruning import PRUNE_SAMPLES, clearly_over, subset_interval
     from onnxlite.protocols import MetricContext
-    from onnxlite.search.pruning import PRUNE_SAMPLES, clearly_over, subset_interval
 
     budget, count = 0.005, 160
     within = pruned = 0

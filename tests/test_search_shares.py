@@ -8,8 +8,8 @@ import math
 import pytest
 
 import onnxlite
-from onnxlite.mixed_stage import mixed_nodes, mixed_probes
 from onnxlite.search import shares
+from onnxlite.search.mixed_stage import mixed_nodes, mixed_probes
 from onnxlite.search.trials import TimeBudget
 
 from helpers import fragile_model

@@ -168,7 +168,7 @@ class PerNodeSchemes:
     """How a strategy takes a scheme per node, so that ``lighten``'s mixed-precision stage can build its plan.
 
     ``assign`` names the strategy's ``multiple=True`` option of ``NODE=SCHEME`` items and ``default`` the option
-    giving every other node's scheme (schemes as in :mod:`onnxlite.mixed_plan`); ``composes`` names the
+    giving every other node's scheme (schemes as in :mod:`onnxlite.search.mixed_plan`); ``composes`` names the
     strategies it delegates to, each of which must be available for the stage to run.
     """
 

@@ -1,7 +1,7 @@
 """Where ``lighten`` runs its candidate tasks and its benchmark: this machine, or a Ray cluster.
 
 Each candidate is already an independent task (inputs -> model file +
-metrics, see :mod:`onnxlite.search.tasks`), so an executor only decides *where*
+metrics, see :mod:`onnxlite.jobs.candidate`), so an executor only decides *where*
 tasks run and how their inputs and finished models travel:
 
 - ``local`` (the default): warm worker processes on this machine (:mod:`onnxlite.executors.pool`);
@@ -9,7 +9,7 @@ tasks run and how their inputs and finished models travel:
   benchmark can be sent to a labelled node (``bench_on``).  Ray is imported only here,
   only when this executor runs (``pip install 'onnxlite[ray]'``).
 
-Both yield the same :class:`~onnxlite.search.tasks.TaskResult` objects and return the
+Both yield the same :class:`~onnxlite.jobs.candidate.TaskResult` objects and return the
 same :class:`~onnxlite.benchmark.bench.BenchResult`, so the search cannot tell them apart.
 """
 
@@ -24,7 +24,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..benchmark.bench import BenchResult
-    from ..search.tasks import TaskResult
+    from ..jobs.candidate import TaskResult
 
 #: the executors ``--executor`` accepts
 EXECUTORS = ("local", "ray")
@@ -38,7 +38,7 @@ class Executor(Protocol):
 
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
                   on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:
-        """Run ``tasks`` (as :func:`onnxlite.search.tasks.run_task` takes them); yield results as they finish.
+        """Run ``tasks`` (as :func:`onnxlite.jobs.candidate.run_task` takes them); yield results as they finish.
 
         Each task's finished model is at ``task["output"]`` on this machine when its result is yielded.
         A task that cannot run is yielded as ``status="failed"`` with its cause, never raised.

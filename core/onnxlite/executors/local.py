@@ -12,7 +12,7 @@ from .machine import describe_machine, record_machine
 
 if TYPE_CHECKING:
     from ..benchmark.bench import BenchResult
-    from ..search.tasks import TaskResult
+    from ..jobs.candidate import TaskResult
     from .pool import WorkerPool
 
 
@@ -32,7 +32,7 @@ class LocalExecutor:
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
                   on_start: Callable[[Mapping[str, Any]], None] | None = None,
                   should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[TaskResult]:
-        from ..search.tasks import default_workers, run_tasks
+        from ..jobs.candidate import default_workers, run_tasks
 
         if workers is None:
             from ..modelio import model_size

@@ -6,8 +6,8 @@ whole quantize-and-judge of a small model).  A worker here pays it once: it impo
 everything when it starts and keeps each judge it has read (keyed by its folder and file
 stamps), then takes task after task on its stdin.
 
-The task format is :mod:`onnxlite.search.tasks`'s (a task JSON file in, a result JSON file
-out, written atomically), so the Ray executor and ``python -m onnxlite.search.tasks`` run
+The task format is :mod:`onnxlite.jobs.candidate`'s (a task JSON file in, a result JSON file
+out, written atomically), so the Ray executor and ``python -m onnxlite.jobs.candidate`` run
 the same tasks.  A candidate that crashes (a segfault inside onnxruntime, a plugin's
 ``os.abort()``, the OOM killer's SIGKILL) takes only its worker down: the pool records the
 candidate as failed with the cause, from the worker's exit signal and the tail of its log,
@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..evaluation.judge import Judge
-    from ..search.tasks import TaskResult
+    from ..jobs.candidate import TaskResult
 
 #: a worker is replaced after this many tasks, so memory a plugin leaks cannot pile up for a whole search
 MAX_TASKS_PER_WORKER = 64
@@ -99,7 +99,7 @@ class WorkerPool:
             on_start: Callable[[Mapping[str, Any]], None] | None = None,
             should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[TaskResult]:
         """Run ``tasks``, at most ``workers`` at once; a task ``should_start`` refuses is never started."""
-        from ..search.tasks import TaskResult
+        from ..jobs.candidate import TaskResult
 
         folder.mkdir(parents=True, exist_ok=True)
         limit = max(1, workers or self.size)
@@ -145,7 +145,7 @@ class WorkerPool:
 
     def _finished(self, job: _Job) -> TaskResult | int | None:
         """The job's result, its worker's exit code when it died first, or None while it runs."""
-        from ..search.tasks import TaskResult
+        from ..jobs.candidate import TaskResult
 
         if job.result.exists():
             try:
@@ -166,7 +166,7 @@ class WorkerPool:
         return code
 
     def _failed(self, job: _Job, code: int) -> TaskResult:
-        from ..search.tasks import TaskResult, crash_message
+        from ..jobs.candidate import TaskResult, crash_message
 
         job.worker.log.flush()
         job.worker.log.seek(0)
@@ -197,7 +197,7 @@ class _Judges:
         self.loaded: dict[tuple[Any, ...], Judge] = {}
 
     def __call__(self, folder: Path, settings: Mapping[str, Any]) -> Judge:
-        from ..search.tasks import load_judge
+        from ..jobs.candidate import load_judge
 
         stamps = tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in (folder / "judge.npz", folder / "judge.json"))
         key = (str(folder.resolve()), stamps, json.dumps(dict(settings), sort_keys=True, default=str))
@@ -217,9 +217,9 @@ def main() -> int:
     import numpy  # noqa: F401
     import onnxruntime  # noqa: F401
 
+    from ..jobs.candidate import run_task
     from ..quantization.run import quantize  # noqa: F401
     from ..registry import get_registry
-    from ..search.tasks import run_task
 
     get_registry()   # plugins load here, not under the first task
     judges = _Judges()

@@ -3,7 +3,7 @@
 - A candidate task asks for ``num_cpus`` (the session's threads, else 1) and
   ``memory`` (the same estimate the local pool sizes itself by: a few copies of
   the model).  Inside the task the candidate runs exactly as it does locally,
-  in its own subprocess (:func:`onnxlite.search.tasks.run_tasks`), so a candidate that
+  in its own subprocess (:func:`onnxlite.jobs.candidate.run_tasks`), so a candidate that
   crashes onnxruntime is a *failed candidate*, as on one machine, while a Ray
   worker or node that dies under it is a *fault*: Ray retries the task
   ``max_retries`` times, then it is recorded as failed with the cause.
@@ -41,7 +41,7 @@ from .transfer import pack, unpack
 
 if TYPE_CHECKING:
     from ..benchmark.bench import BenchResult
-    from ..search.tasks import TaskResult
+    from ..jobs.candidate import TaskResult
 
 #: times Ray re-runs a task whose worker or node died, before it counts as failed
 DEFAULT_MAX_RETRIES = 2
@@ -197,7 +197,7 @@ class RayExecutor:
 
         A task ``should_start`` refuses (the search's time budget is spent) is never submitted.
         """
-        from ..search.tasks import TaskResult
+        from ..jobs.candidate import TaskResult
 
         ray = self.connect()
         folder.mkdir(parents=True, exist_ok=True)
@@ -251,7 +251,7 @@ class RayExecutor:
 
     def _bring_back(self, reply: Mapping[str, Any], task: Mapping[str, Any]) -> TaskResult:
         """The finished model goes where the local pool would have written it: ``task["output"]``."""
-        from ..search.tasks import TaskResult
+        from ..jobs.candidate import TaskResult
 
         result = TaskResult.from_dict(reply["result"])
         self.placements[reply["node"]] += 1

@@ -47,7 +47,7 @@ def run_candidate(task: dict[str, Any], model: Any, judge: Any, calibration: Any
     """One candidate on this node, in its own subprocess, exactly as the local pool runs it."""
     import ray
 
-    from ..search.tasks import run_tasks
+    from ..jobs.candidate import run_tasks
 
     node_id = ray.get_runtime_context().get_node_id()
     with tempfile.TemporaryDirectory(prefix="onnxlite-candidate-") as tmp:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .tasks import TaskResult
+    from ..jobs.candidate import TaskResult
 
 #: bump when what an entry holds changes meaning: older entries are then simply never found
 #: (2: quantized models lost the shape annotations that made onnxruntime run a slower kernel, slow_fusions)
@@ -121,7 +121,7 @@ class ResultCache:
 
     def get(self, key: str, output: str | os.PathLike[str]) -> TaskResult | None:
         """The cached result, its model copied to ``output``; None on a miss or an entry that cannot be read whole."""
-        from .tasks import TaskResult
+        from ..jobs.candidate import TaskResult
 
         entry = self._entry(key)
         try:

@@ -9,7 +9,7 @@ ranked by a continuous companion (logit cosine) instead.
 
 The other concerns have their own modules: option grids (:mod:`onnxlite.search.grids`), the fallback's
 base (:mod:`onnxlite.search.fallback_rule`), probes (:mod:`onnxlite.search.context`) and mixed precision
-(:mod:`onnxlite.mixed_stage`).
+(:mod:`onnxlite.search.mixed_stage`).
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ from ..events import Event
 
 if TYPE_CHECKING:
     from ..evaluation.judge import Judge
+    from ..jobs.candidate import TaskResult
     from ..runtime import SessionSettings
     from ..specs import QuantizerSpec
     from .candidates import Candidate
     from .results import CandidateRow
-    from .tasks import TaskResult
     from .trials import TimeBudget, TrialContext
 
 #: judge candidates like any candidate (``workers``, candidates): their rows join the table
@@ -83,7 +83,7 @@ class SearchContext:
 
     def select_judge(self) -> Path:
         """The folder of the judge probes get: the select part's samples only (the search's without one)."""
-        from .tasks import save_judge
+        from ..jobs.candidate import save_judge
 
         parts = self.judge.parts
         if not parts:

@@ -9,7 +9,7 @@ precision and the partial fallback, and only when
 - the search is not replaying a recipe, ``--strategies`` (when given) names it, and time is left.
 
 Its task carries the source's path, framework and loading options (:func:`source_task`); the task loads the
-module through the framework plugin (:func:`onnxlite.search.tasks.source_model`) and hands it to the strategy as
+module through the framework plugin (:func:`onnxlite.jobs.candidate.source_model`) and hands it to the strategy as
 ``QuantizeContext.source_model``.  Its candidate is a row like any other: judged on the held-out samples,
 none of which trained it (it trains and stops early on the calibration samples only).  The stage returns a
 :class:`LastResort`: ``evidence["last_resort"]`` and a note in the verdict say whether it ran and why.

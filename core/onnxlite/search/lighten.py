@@ -12,7 +12,7 @@
 
 Each stage is a function that takes what it needs and returns a frozen record (docs/architecture.md, "The
 typed search"): :mod:`onnxlite.search.setup` (inputs, reference, judge), :mod:`onnxlite.search.grids`,
-:mod:`onnxlite.search.quick`, :mod:`onnxlite.mixed_stage`, :mod:`onnxlite.search.partial` and
+:mod:`onnxlite.search.quick`, :mod:`onnxlite.search.mixed_stage`, :mod:`onnxlite.search.partial` and
 :mod:`onnxlite.search.outdir`; :class:`_Search` holds only the rows they add to and the records they return.
 
 Everything is built in a scratch folder beside OUTDIR, which appears (or is

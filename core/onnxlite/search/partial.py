@@ -259,10 +259,10 @@ def _repair(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Fast, max_fl
     Every probe is judged on the select part alone (:meth:`~onnxlite.search.context.SearchContext.select_judge`);
     the repair a ranking chooses is then judged like any candidate, its figures and verdict the confirm part's.
     """
+    from ..jobs.candidate import default_workers
     from ..registry import get_registry
     from .candidates import Candidate
     from .prefix import exclusion_steps, float_prefix, keep_worst_confirmed
-    from .tasks import default_workers
 
     registry = get_registry()
     rank = ctx.rank
@@ -358,7 +358,7 @@ def _measure_sweep(ctx: SearchContext, repair: Repair, base_path: str, nodes: Se
     Any other base (dynamic, QOperator): each node quantized alone again (:func:`sweep`), as many as fit.
     """
     from ..evaluation.per_node import drops_alone
-    from .tasks import load_judge
+    from ..jobs.candidate import load_judge
 
     rank, clock, cost, parallel = ctx.rank, repair.clock, repair.cost, repair.parallel
     ctx.emit("stage", {"message": f"sensitivity sweep of {repair.base.name}: each node's own drop"})

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..figures import Figures, figures_of, row_dict
 
 if TYPE_CHECKING:
-    from .tasks import TaskResult
+    from ..jobs.candidate import TaskResult
 
 
 #: the status of a candidate within budget that a better setting of its own option grid beat on the select part

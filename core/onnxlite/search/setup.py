@@ -112,8 +112,8 @@ def export_reference(env: Env, inputs: Inputs) -> Reference:
     """Run the source on held-out data, export it (verified), set the judge up and judge the float model."""
     from ..conversion.export import export
     from ..evaluation.judge import Judge
+    from ..jobs.candidate import save_judge
     from .confidence import configure_judge
-    from .tasks import save_judge
 
     config = env.config
     env.emit("stage", {"message": f"running the {inputs.framework} source on held-out data"})

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .shares import MIXED_MIN_PROBES, MIXED_SHARE, MIXED_SWEEP_STAGE, mixed_seconds, mixed_share
 
 if TYPE_CHECKING:
-    from ..mixed_stage import MixedPlan
     from .config import LightenConfig
     from .context import SearchContext
     from .fallback_rule import Fast
+    from .mixed_stage import MixedPlan
     from .quick import QuickTimes
     from .results import CandidateRow, LightenResult
     from .trials import TimeBudget, TrialContext
@@ -117,7 +117,7 @@ def keep_best(best: CandidateRow, state: SoFar, folder: Path, rows: list[Candida
 def later_stages(ctx: SearchContext, rows: Sequence[CandidateRow], quick: QuickTimes | None, config: LightenConfig,
                  search: bool) -> LaterStages:
     """Mixed precision and the partial fallback, each only while the time budget lasts (a skipped one is noted)."""
-    from ..mixed_stage import mixed_plan_for, mixed_stage
+    from .mixed_stage import mixed_plan_for, mixed_stage
     from .partial import fallback
     from .quick import fast_enough
 
@@ -152,7 +152,7 @@ def _mixed_does_not_fit(ctx: SearchContext, plan: MixedPlan, rows: Sequence[Cand
     """
     import statistics
 
-    from .tasks import default_workers
+    from ..jobs.candidate import default_workers
 
     budget = ctx.trials.budget
     if budget.seconds is None or not plan.wanted:

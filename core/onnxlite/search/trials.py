@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..events import Event
-from .pruning import PRUNE_SAMPLES
+from ..jobs.pruning import PRUNE_SAMPLES
 
 if TYPE_CHECKING:
+    from ..jobs.candidate import TaskResult
     from ..specs import QuantizerSpec
     from .cache import CacheContext, ResultCache
     from .candidates import Candidate
     from .results import CandidateRow
-    from .tasks import TaskResult
 
 #: a candidate must be at most this fraction of the float model's size to count as lighter
 MIN_SHRINK = 0.95
@@ -136,7 +136,7 @@ class TrialContext:
     cache_context: CacheContext | None = None
     #: results by signature, across batches: a probe equal to an earlier candidate is that candidate
     seen: dict[str, TaskResult] = field(default_factory=dict)
-    prune: bool = True   # judge candidates on a few confirm samples first (search.pruning)
+    prune: bool = True   # judge candidates on a few confirm samples first (jobs.pruning)
     judge_hashes: dict[str, str] = field(default_factory=dict)
 
     def judge_hash(self, folder: str) -> str:
@@ -225,7 +225,7 @@ def _run_rest(ctx: TrialContext, batch: _Batch, candidates: Sequence[Candidate],
     options: dict[str, Any] = {"on_start": on_start}
     if clocks and _accepts(ctx.executor.run_tasks, "should_start"):
         options["should_start"] = lambda _t: not any(b.spent() for b in clocks)
-    # candidates are judged on a few confirm samples first (search.pruning); probes and repairs in full
+    # candidates are judged on a few confirm samples first (jobs.pruning); probes and repairs in full
     prune = {"prune": PRUNE_SAMPLES} if stage == "candidates" and ctx.prune else {}
     run = [dict(tasks[i]) | prune for i in batch.todo]
     if run and not any(b.spent() for b in clocks):
@@ -306,7 +306,7 @@ def same_model_as(results: Sequence[TaskResult | None], repeated: Collection[str
 
 def untried_result(candidate: Candidate) -> TaskResult:
     """What a stage sees for a candidate the time budget left untried: a failure that says so."""
-    from .tasks import TaskResult
+    from ..jobs.candidate import TaskResult
 
     return TaskResult(name=candidate.name, strategy=candidate.strategy, options=dict(candidate.options),
                       keep_float=list(candidate.keep_float), status="failed",

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxlite import Option, PerNodeSchemes, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
-from onnxlite.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST, weighted_nodes  # noqa: F401  (re-exported)
+from onnxlite.search.mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST, weighted_nodes  # noqa: F401  (re-exported)
 
 #: scheme -> (strategy, its options); the order is the order the steps run in
 SCHEMES: dict[str, tuple[str, dict[str, Any]] | None] = {

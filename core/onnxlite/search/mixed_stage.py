@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .search.context import SearchContext
-    from .search.trials import TimeBudget
-    from .specs import QuantizerSpec
+    from ..specs import QuantizerSpec
+    from .context import SearchContext
+    from .trials import TimeBudget
 
 #: the most probe models the sweep runs unless the strategy is named in --strategies
 MIXED_MAX_PROBES = 48
@@ -39,7 +39,7 @@ class MixedPlan:
 def per_node_spec() -> tuple[QuantizerSpec | None, str]:
     """The quantizer that takes a scheme per node, and why the stage cannot run with it ("" when it can): it and
     every strategy it composes must be available."""
-    from .registry import get_registry
+    from ..registry import get_registry
 
     registry = get_registry()
     names = registry.names("quantizer")
@@ -105,10 +105,10 @@ def mixed_stage(ctx: SearchContext, plan: MixedPlan, workers: int | None, share:
     measured); the plans judged are rows of the table.
     """
     from . import mixed_plan
+    from .candidates import Candidate, candidate_name
+    from .context import probe_drop
     from .mixed_plan import BYTES_PER_WEIGHT, LIGHTEST_FIRST
-    from .search.candidates import Candidate, candidate_name
-    from .search.context import probe_drop
-    from .search.shares import MIXED_SWEEP, sweep_record
+    from .shares import MIXED_SWEEP, sweep_record
 
     if plan.spec is None or plan.spec.per_node is None or plan.reason:
         return {"tried": False, "reason": plan.reason}

@@ -7,7 +7,7 @@ run in a warm worker here (:mod:`onnxlite.executors.pool`), in a fresh process
 candidate that crashes, even inside onnxruntime, takes only its own process
 down and is recorded as failed.
 
-Run one by hand: ``python -m onnxlite.search.tasks TASK.json RESULT.json``.
+Run one by hand: ``python -m onnxlite.jobs.candidate TASK.json RESULT.json``.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def source_model(task_source: Mapping[str, Any]) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m onnxlite.search.tasks TASK.json RESULT.json", file=sys.stderr)
+        print("usage: python -m onnxlite.jobs.candidate TASK.json RESULT.json", file=sys.stderr)
         return 2
     # A candidate dies with whatever started it (lighten, or a Ray worker that was killed):
     # an orphan would keep quantizing, holding cores and memory nobody will read.
@@ -258,7 +258,7 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
                 log = open(folder / f"task{index}.log", "w+")
                 if on_start:
                     on_start(task)
-                proc = subprocess.Popen([sys.executable, "-m", "onnxlite.search.tasks", str(spec_file),
+                proc = subprocess.Popen([sys.executable, "-m", "onnxlite.jobs.candidate", str(spec_file),
                                          str(result_file)],
                                         stdout=log, stderr=subprocess.STDOUT, env=env)
                 running[index] = (proc, task, result_file, log, time.monotonic())
