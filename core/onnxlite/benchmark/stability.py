@@ -1,4 +1,4 @@
-"""When an interleaved benchmark has measured enough: the p50s stopped moving (issue 24).
+"""When an interleaved benchmark has measured enough: the p50s stopped moving.
 
 After every round of turns (each model measured once more, interleaved), each model's figure is
 taken: with two or more models its p50 over the first model's p50 (the ratio the table prints

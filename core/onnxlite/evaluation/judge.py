@@ -407,7 +407,7 @@ def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, A
                               pad=True) for i in range(count)]
         from ..inputs import has_sequence_axis
 
-        # "seq" only for a model that has a sequence axis (issue 25: not for an MLP or a CNN)
+        # "seq" only for a model that has a sequence axis (not for an MLP or a CNN)
         return batches, None, f"{total} generated samples" + (f" (padded, seq {seq_len})"
                                                              if has_sequence_axis(specs) else "")
     dataset = data if isinstance(data, Dataset) else load_data(data, specs, options)

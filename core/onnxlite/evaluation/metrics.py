@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 PRIMARY_PREFERENCE = ("accuracy", "top1_agreement", "pooled_cosine_mean", "cosine_mean")
 
 
-#: Default metrics by what an output *is*, not only by its shape (issue 14: a top-1 agreement on a 384-d
+#: Default metrics by what an output *is*, not only by its shape (a top-1 agreement on a 384-d
 #: sentence embedding means nothing).  For each kind: the built-in defaults that are meaningless there
 #: (left out) and the off-by-default metrics that see what the defaults miss (brought in when they apply).
 #: Third-party default metrics are never left out.

@@ -179,7 +179,7 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
     when there is none, with the reason, unless it may calibrate on generated samples
     (``calibrates_on_generated``) and ``generated_calibration`` says they were made.  GPU-minded strategies
     (fp16) are tried on the CPU too: they are cheap, halve the size, and on recurrent or
-    mixed-range models they keep answers that int8 loses (issue 12).  On a provider other than the CPU, a
+    mixed-range models they keep answers that int8 loses.  On a provider other than the CPU, a
     candidate whose format (``output_format``) the provider does not declare
     among its ``fast_formats`` is skipped unless its strategy is named.  ``isa`` (this machine and the
     ``--target-cpu`` kind, :class:`onnxlite.hardware.JudgedOn`) shapes each grid (:func:`isa_grid`).

@@ -19,8 +19,8 @@ LATENCY_TIE = TIE_MARGIN
 
 
 #: when speed cannot decide, candidates more than this much slower than fp32 (or the noise margin, if larger)
-#: do not win for their size while one that is not exists; a few percent either way is noise (the PP-OCR
-#: recognizer's fp16 measured 1.01x slower than its int4 and 1.04x slower than fp32)
+#: do not win for their size while one that is not exists; a few percent either way is noise (run-to-run
+#: spread of the interleaved benchmark: benchmarks/lighten_vs_baseline.py shows it per model)
 SLOWER_VETO = 0.10
 
 
@@ -47,8 +47,8 @@ def pick_winner(rows: Sequence[CandidateRow], objective: str = "latency",
     margin = latency_margin(best)
     decided = deciding_objective(rows, objective, baseline_p50)
     if objective == "latency" and decided == "size" and baseline_p50:   # "size" under latency needs a baseline
-        # Speed cannot decide, but it still vetoes: a model clearly slower than fp32 (fp16 on a CPU, at
-        # 0.63x on EfficientNet-Lite0) is not the answer to "fastest within budget" because it is smaller.
+        # Speed cannot decide, but it still vetoes: a model clearly slower than fp32 (fp16 on a CPU, which
+        # has no fast fp16 kernels for most ops) is not the answer to "fastest within budget" for being smaller.
         not_slower = [r for r in eligible if r.p50 <= baseline_p50 * (1 + max(margin, SLOWER_VETO))]
         eligible = not_slower or eligible
     objective = decided

@@ -52,7 +52,7 @@ SWEEP_MIN_NODES = 4
 RANKING_MEMORY_SHARE = 0.25
 #: the most nodes a direct sensitivity sweep quantizes one by one
 SWEEP_MAX_NODES = 64
-#: held-out samples the activation ranking looks at, at most, and the most in one batch (as before the bound)
+#: held-out samples the activation ranking looks at, at most, and the most in one batch
 RANKING_SAMPLES = 64
 RANKING_BATCH = 16
 

@@ -223,8 +223,8 @@ def keep_worst_confirmed(ctx: SearchContext, repair: Repair, order: Sequence[str
     """:func:`keep_worst`, each count that passes on the select part judged on the confirm part; when the
     confirm part refuses it, on to the next larger count while the fallback's clock has room.
 
-    A repair one count short of the budget (smoothquant with 4 nodes in float at a bound of 0.00513
-    against 0.005, issue 22) is worth the 8-node probe, not "nothing qualifies".  Returns (the last
+    A repair one count short of the budget (its bound just over it with 4 nodes in float) is worth the
+    8-node probe, not "nothing qualifies".  Returns (the last
     candidate that passed on the select part or None, the last one probed, whether it was confirmed).
     """
     after, last = 0, None

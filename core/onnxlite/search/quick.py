@@ -29,12 +29,12 @@ QUICK_RUNS = 3
 #: a base more than this much slower than fp32 in the quick timing is "slower than fp32 here"
 SLOWER_MARGIN = 0.10
 #: below this fp32 time per batch, per-call overhead rather than the format decides the speed: the quick
-#: timing then says nothing about the format, and the bases are chosen by size as before
+#: timing then says nothing about the format, and the bases are chosen by size
 MEANINGFUL_MS = 1.0
 #: onnxruntime's intra-op threads spin for a while after a run, waiting for more work; in turns of two
-#: sessions the next run is the other one's.  On 2 cores (AVX-512 VNNI) MiniLM fp32 then took 115 ms a batch
-#: instead of 77 and int8 dynamic's ratio read 0.62 instead of 0.45, where an isolated benchmark gives 0.44
-#: (medians of 5 passes, benchmarks/quick_timing.py).  ``onnxlite bench`` stops idle workers instead;
+#: sessions the next run is the other one's, so the spinning threads slow it down and the ratios read
+#: far from an isolated benchmark's (benchmarks/lighten_cost.py --jobs quick measures both ways).
+#: ``onnxlite bench`` stops idle workers instead;
 #: here the spin stops at each run's end, which costs a thread wake-up a run: nothing at >= 1 ms a batch.
 SPIN_STOP = ("session.force_spinning_stop", "1")
 
@@ -108,7 +108,7 @@ def quick_times(ctx: SearchContext, rows: Sequence[CandidateRow]) -> QuickTimes:
     timer = getattr(ctx.trials.executor, "time_quickly", None) or time_quickly
     try:
         found = timer(str(ctx.fp32), {r.name: str(r.path) for r in rows}, ctx.judge.first_feeds(size), ctx.settings)
-    except Exception as exc:  # noqa: BLE001 - without quick figures the bases are chosen by size, as before
+    except Exception as exc:  # noqa: BLE001 - without quick figures the bases are chosen by size
         ctx.emit("note", {"message": f"quick timing failed ({exc}); fallback bases chosen by size alone"})
         found = QuickTimes()
     return replace(found, batch=size)

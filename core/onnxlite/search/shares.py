@@ -1,4 +1,4 @@
-"""Time shares: how long one stage of a search may take, within the search's ``--time-budget`` (issue 24).
+"""Time shares: how long one stage of a search may take, within the search's ``--time-budget``.
 
 Mixed precision's per-node sensitivity sweep gets :data:`MIXED_SHARE` of what is left when it starts
 (:data:`MIXED_SECONDS` at most, with or without a budget), as the partial fallback gets

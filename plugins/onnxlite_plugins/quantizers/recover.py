@@ -222,7 +222,7 @@ def register_quantizers():
         grid=(
             {"cle": False, "bias_correction": True},
             {"cle": True, "bias_correction": True},
-            # the accuracy point (docs/benchmarks.md, issue 23): int8 weights, 16-bit activations, depthwise convs
+            # the accuracy point (benchmarks/recovery.py): int8 weights, 16-bit activations, depthwise convs
             # float.  Still >= 3x smaller, but onnxruntime has no 16-bit conv kernels: slower than fp32 on CPU
             {"cle": False, "bias_correction": True, "activation_type": "uint16", "float_depthwise": True},
         ),

@@ -268,19 +268,19 @@ def register_quantizers():
             install="onnxlite[cpu]",
             applies_to=("transformer",),
             needs_calibration=True,
-            # The outlier channels sit where LayerNorm's gains put them: on MiniLM, maxima from 64 generated
-            # token-id samples gave 0.9955-0.9957 mean / 0.990-0.991 min pooled cosine on other-domain text,
-            # as real sentences did (0.9956-0.9958 / 0.9906-0.9926).
+            # The outlier channels sit where LayerNorm's gains put them, whatever the tokens: maxima from
+            # generated token-id samples smooth MiniLM as well as real sentences do
+            # (benchmarks/minilm_other_domain.py).
             calibrates_on_generated=True,
             options=OPTIONS,
-            # all-MiniLM-L6-v2 peaked near 0.65 (0.5: 0.990; 0.65: 0.996; 0.85: 0.992-0.994 mean cosine);
-            # the paper reports 0.5 for most models and up to 0.75-0.85 for some.
+            # the paper reports 0.5 for most models and up to 0.75-0.85 for some; all-MiniLM-L6-v2 peaks
+            # between them (benchmarks/minilm_other_domain.py), so the grid brackets the peak.
             grid=({"alpha": 0.5}, {"alpha": 0.65}, {"alpha": 0.8}),
             output_format="qoperator",   # smoothed, then quantize_dynamic
-            # Where U8S8 kernels saturate: on an AVX2-only EPYC, alpha 0.5 / 0.8 with reduce_range kept
-            # 0.9946 / 0.9944 mean pooled cosine on other-domain text (0.9935 for plain alpha 0.5, issue 22);
-            # U8U8 keeps 8-bit weights: 0.9959-0.9961 mean, 0.9931-0.9932 min there (exact integer math, so
-            # the same on every CPU), but ran slower than U8S8 on that EPYC.
+            # Where U8S8 kernels saturate (AVX2 without VNNI): 7-bit weights (reduce_range) keep pooled
+            # cosines above plain alpha 0.5 there; U8U8 keeps 8-bit weights with exact integer math (the same
+            # on every CPU) and keeps more, but runs slower than U8S8 (benchmarks/minilm_other_domain.py
+            # and benchmarks/isa_targets.py reproduce both, docs/benchmarks.md gives the figures).
             isa_grid=({"alpha": 0.5, "reduce_range": True}, {"alpha": 0.8, "reduce_range": True},
                       {"alpha": 0.5, "weight_type": "quint8"}, {"alpha": 0.65, "weight_type": "quint8"}),
             saturation_free=saturation_free,

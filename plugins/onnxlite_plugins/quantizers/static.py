@@ -34,8 +34,8 @@ CALIBRATION_MEMORY_SHARE = 0.25
 def activation_bytes(proto: Any, feed: Mapping[str, Any]) -> int | None:
     """Bytes of every intermediate tensor of one calibration batch: onnx's shape inference at ``feed``'s sizes.
 
-    The calibrator keeps all of them for every sample of a stride (a 4.7 MB detector at 480x640
-    reached 8.8 GB on 8 images, issue 12), so this sets how many samples a stride may hold.
+    The calibrator keeps all of them for every sample of a stride (a few-MB detector at 480x640
+    reaches gigabytes on a handful of images), so this sets how many samples a stride may hold.
     """
     import onnx
     from onnx import helper, shape_inference
@@ -377,7 +377,7 @@ def register_quantizers():
             {"method": "MinMax", "per_channel": True, "format": "QOperator"},
             # Convolutions only: a detector head that concatenates box pixels with class scores, or an
             # LSTM after a Conv front end, loses its answers when those activations share one int8 scale
-            # (YOLOv8n's detection F1 0.00 with every op; 0.84 with Conv only, issue 12).
+            # (a YOLOv8n-style detector keeps its detections with Conv only, and loses them all with every op).
             {"method": "MinMax", "per_channel": True, "format": "QDQ", "op_types": ("Conv",)},
         ),
         # Where U8S8 kernels saturate (x86 without VNNI): 7-bit weights, or uint8 weights (U8U8).
