@@ -42,3 +42,51 @@ def test_hook_is_implemented_by_a_builtin_plugin(hook, fresh_plugins):
     implementers = [impl.plugin_name for impl in getattr(host.pm.hook, hook).get_hookimpls()]
     assert implementers, f"no built-in plugin implements {hook}"
     assert all(host.info[name].builtin for name in implementers)
+
+
+# -- signatures, after datasette: the docs show each hook and each plugin method as it is called -------------
+
+PLUGIN_DOCS = DOC + (ROOT / "docs" / "metrics.md").read_text()
+#: what each hook's factory returns, and the objects those return (onnxlite.protocols)
+PROTOCOLS = ("Exporter", "SourceModel", "Quantizer", "Provider", "Metric")
+
+
+def _section(hook: str) -> str:
+    return DOC.split(f"### {hook}(", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_heading_shows_its_signature_and_the_section_its_return_type(hook):
+    signature = inspect.signature(getattr(hookspecs, hook))
+    params = ", ".join(signature.parameters)
+    assert f"### {hook}({params})" in DOC, f"docs/plugins.md: the heading must read '### {hook}({params})'"
+    returned = re.fullmatch(r"list\[(\w+)\]", str(signature.return_annotation))
+    assert returned, f"hookspecs.{hook} must be annotated to return list[SomeSpec]"
+    assert f"Returns `{returned.group(1)}`s" in _section(hook)
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_field_of_the_spec_a_hook_returns_is_documented(hook):
+    import dataclasses
+
+    from onnxlite import specs
+
+    spec = getattr(specs, re.fullmatch(r"list\[(\w+)\]", str(inspect.signature(getattr(hookspecs, hook))
+                                                            .return_annotation)).group(1))
+    missing = [f.name for f in dataclasses.fields(spec) if not re.search(rf"`{f.name}\b", DOC)]
+    assert missing == [], f"docs/plugins.md does not name these {spec.__name__} fields"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_every_plugin_method_is_documented_with_its_parameters(protocol):
+    """``name(p1, p2...)`` as the protocol declares them (``self`` optional), in docs/plugins.md or metrics.md."""
+    from onnxlite import protocols
+
+    cls = getattr(protocols, protocol)
+    methods = {name: fn for name, fn in vars(cls).items() if inspect.isfunction(fn) and not name.startswith("_")}
+    assert methods, protocol
+    for name, fn in methods.items():
+        params = [p for p in inspect.signature(fn).parameters if p != "self"]
+        pattern = (re.escape(name) + r"\((?:self,\s*)?" + r",\s*".join(re.escape(p) + r"(?::[^,)]*)?" for p in params)
+                   + r"\)")
+        assert re.search(pattern, PLUGIN_DOCS), f"document {protocol}.{name}({', '.join(params)})"
