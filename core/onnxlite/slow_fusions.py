@@ -5,18 +5,16 @@ residual of every transformer block) into the contrib operator
 ``SkipLayerNormalization`` whenever the graph proves that the Add's two inputs
 have the same 3-D shape.  Its CPU kernel (``contrib_ops/cpu/skip_layer_norm.cc``,
 onnxruntime 1.32) is a scalar loop with a division per element, where the
-``LayerNormalization`` kernel it replaces is vectorized: on a 64 x 35 x 384
-tensor at 2 threads the fused node took 4.04 ms, the Add and LayerNormalization
-0.89 ms together, 4.5x less (AMD EPYC Zen 5 with AVX-512 VNNI; ``benchmarks/skip_layer_norm.py``
-measures it on any machine).
+``LayerNormalization`` kernel it replaces is vectorized, so the fused node takes
+several times as long as the pair (``benchmarks/minilm_other_domain.py --fusion``
+measures both on any machine; docs/benchmarks.md gives the figures).
 
 A float export carries no intermediate shapes, so onnxruntime cannot prove the
 two inputs alike and leaves the pair alone.  onnxruntime's quantizers run shape
 inference and keep what it found in ``value_info``; there the two inputs share
-symbolic dimensions, and the quantized model is fused.  On all-MiniLM-L6-v2 the
-six fused nodes took 16% of the int8 model's time, and per-channel dynamic int8
-ran 2.01x faster than fp32 as ``quantize_dynamic`` writes it, 2.33x without the
-annotations (the same benchmark, one interleaved run).
+symbolic dimensions, and the quantized model is fused: an int8 transformer then
+spends a good part of its time in those nodes and loses much of int8's speed-up
+(the same benchmark times all-MiniLM-L6-v2 with and without the annotations).
 
 :func:`unblock` removes those shape annotations, so onnxruntime sees the
 quantized graph's residual Adds as it saw the float ones.  It changes no

@@ -33,7 +33,7 @@ SLOWER_MARGIN = 0.10
 MEANINGFUL_MS = 1.0
 #: onnxruntime's intra-op threads spin for a while after a run, waiting for more work; in turns of two
 #: sessions the next run is the other one's, so the spinning threads slow it down and the ratios read
-#: far from an isolated benchmark's (benchmarks/lighten_cost.py --jobs quick measures both ways).
+#: far from an isolated benchmark's (benchmarks/lighten_cost.py --quick measures both ways).
 #: ``onnxlite bench`` stops idle workers instead;
 #: here the spin stops at each run's end, which costs a thread wake-up a run: nothing at >= 1 ms a batch.
 SPIN_STOP = ("session.force_spinning_stop", "1")
