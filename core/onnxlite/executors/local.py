@@ -41,7 +41,7 @@ class LocalExecutor:
             workers = default_workers(max(sizes, default=0))   # the fp32 model's size, external data included
         if not self.warm:
             if should_start is not None:
-                tasks = [t for t in tasks if should_start(t)]   # checked once, up front: the old path has no hook
+                tasks = [t for t in tasks if should_start(t)]   # checked once, up front: run_tasks takes no hook
             self.tasks += len(tasks)
             yield from run_tasks(tasks, folder, workers, on_start=on_start)
             return

@@ -123,8 +123,8 @@ def no_winner_message(rows: Sequence[CandidateRow], baseline_size: int | None, p
     """Why nothing won, as it happened: over the budget, within it but not lighter, or failed before judging.
 
     "No candidate stayed within the accuracy budget" is said only when that is true: on a model whose
-    weights no quantizer found (Paddle2ONNX's ``Constant`` nodes), every candidate was within the budget
-    at 1.00x, and the old message blamed accuracy.
+    weights no quantizer finds (Paddle2ONNX's ``Constant`` nodes), every candidate is within the budget
+    at 1.00x, and blaming accuracy would send the user the wrong way.
     """
     over = [r for r in rows if r.over_budget]
     not_lighter = [r for r in rows if r.status == "rejected" and not r.over_budget]
