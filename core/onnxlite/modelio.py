@@ -72,12 +72,10 @@ def missing_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) 
 
 def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     """Every tensor of ``model`` stored outside the .onnx file: initializers, sparse initializers and tensor
-    attributes (``Constant`` values), in the main graph, its subgraphs and the model's functions."""
-    def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-        yield from graph.initializer
-        for sparse in graph.sparse_initializer:
-            yield from (sparse.values, sparse.indices)
-        yield from node_tensors(graph.node)
+    attributes (``Constant`` values), in every graph (:func:`onnxlite.subgraphs.iter_graphs`) and function."""
+    from onnx import TensorProto
+
+    from .subgraphs import iter_graphs
 
     def node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
         for node in nodes:
@@ -87,14 +85,18 @@ def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
                 yield from attribute.tensors
                 if attribute.HasField("sparse_tensor"):
                     yield from (attribute.sparse_tensor.values, attribute.sparse_tensor.indices)
-                if attribute.HasField("g"):
-                    yield from graph_tensors(attribute.g)
-                for graph in attribute.graphs:
-                    yield from graph_tensors(graph)
 
-    from onnx import TensorProto
+    def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield from (sparse.values, sparse.indices)
+        yield from node_tensors(graph.node)
 
-    tensors = itertools.chain(graph_tensors(model.graph), *(node_tensors(f.node) for f in model.functions))
+    functions = [g for f in model.functions for node in f.node for a in node.attribute
+                 for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+    tensors = itertools.chain(*(graph_tensors(g) for g in iter_graphs(model.graph)),
+                              *(node_tensors(f.node) for f in model.functions),
+                              *(graph_tensors(g) for top in functions for g in iter_graphs(top)))
     return (t for t in tensors if t.HasField("data_location") and t.data_location == TensorProto.EXTERNAL)
 
 
