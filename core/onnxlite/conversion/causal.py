@@ -209,6 +209,12 @@ def verify_decoder(folder: Path, lm: Any, steps: int, settings: SessionSettings 
                         margins=tuple(margins))
 
 
+def _notes(loaded: LoadedSource, lm: Any) -> list[str]:
+    """What was changed to export: the plugin's cast at load, then the LM's own."""
+    cast = getattr(loaded.model, "provenance", {}).get("onnxlite.cast")
+    return [*([cast] if cast else []), *lm.notes]
+
+
 def _stamp(folder: Path, values: dict[str, str]) -> None:
     """Provenance in ``model.onnx``'s metadata, leaving its external weights where they are."""
     import onnx
@@ -290,7 +296,7 @@ def export_decoder(source: str | os.PathLike[str], output: str | os.PathLike[str
             replace_dir(staged, output)
             return DecoderExport(path=output, source=source, framework=loaded.framework, engine=engine,
                                  layout=layout, size_bytes=model_size(output / "model.onnx"), check=check,
-                                 fallback=fallback, notes=tuple(lm.notes), files=files)
+                                 fallback=fallback, notes=tuple(_notes(loaded, lm)), files=files)
     detail = "; ".join(f"{engine}: {message}" for engine, message in errors)
     kind = VerificationError if all("prefill logits" in m for _, m in errors) else OnnxliteError
     raise kind(f"{source}: no engine exported a decoder that matches PyTorch (nothing written) [{detail}]")
