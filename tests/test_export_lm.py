@@ -102,10 +102,14 @@ def test_a_causal_lm_without_a_tokenizer_is_a_usage_error_at_export_and_writes_n
 
 
 @pytest.mark.slow
-def test_a_folder_output_inside_the_source_is_refused_before_loading(sources):
+def test_a_folder_output_inside_the_source_or_full_of_other_files_is_refused_before_loading(sources, tmp_path):
     with pytest.raises(UsageError, match="inside it"):
         onnxlite.export(sources["llama"], sources["llama"] / "onnx")
     assert not (sources["llama"] / "onnx").exists()
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(UsageError, match="other files in it"):
+        onnxlite.export(sources["llama"], tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
 
 
 @pytest.mark.slow

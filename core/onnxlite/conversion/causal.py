@@ -139,6 +139,10 @@ def check_output_folder(output: Path, source: str) -> None:
 
     if output.exists() and not output.is_dir():
         raise UsageError(f"-o {output}: is a file; a causal LM exports to a folder (model.onnx, tokenizer, configs)")
+    if output.is_dir() and any(output.iterdir()) and not (output / "model.onnx").is_file():
+        # the folder is replaced as a whole: never someone's folder of other files
+        raise UsageError(f"-o {output}: a folder with other files in it; give a new or empty folder (or a previous "
+                         "export's, which is replaced)")
     src = Path(source)
     if src.exists():
         src_dir = src.resolve() if src.is_dir() else src.resolve().parent
