@@ -8,13 +8,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from decoder_models import LAYERS, mean_kl, prefill_logits, tiny_decoder, token_windows
 from onnx import helper
 
 import onnxlite
 from onnxlite.errors import UsageError
 from onnxlite.graph_family import model_family
-
-from decoder_models import LAYERS, mean_kl, prefill_logits, tiny_decoder, token_windows
 
 pytestmark = pytest.mark.slow   # builds a transformers model and runs onnxruntime-genai's builder
 

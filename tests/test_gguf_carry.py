@@ -11,12 +11,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from decoder_models import LAYERS, gguf_decoder, gguf_with, mean_kl, prefill_logits, token_windows
 from onnx import helper, numpy_helper
 
 import onnxlite
 from onnxlite.errors import UsageError
-
-from decoder_models import LAYERS, gguf_decoder, gguf_with, mean_kl, prefill_logits, token_windows
 
 PROJECTIONS = LAYERS * 5 + 1
 
@@ -39,7 +38,8 @@ def node_weight(path, node) -> np.ndarray:
     graph = helper.make_graph([single], "one", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [k, k])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
                               [inits[n] for n in node.input[1:] if n])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, {"x": np.eye(k, dtype=np.float32)})[0]
