@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-VOCAB = 256
+VOCAB = 384   # no Linear of the model has this many outputs: the builder takes such a Linear for the LM head
 HIDDEN, INNER, LAYERS, HEADS, KV_HEADS = 128, 256, 2, 4, 2
 
 
