@@ -59,7 +59,9 @@ def read_gguf(path: Path) -> GGUFRows:
     from gguf.quants import dequantize
 
     reader = GGUFReader(str(path))
-    names, qtypes, blocks = [], [], []
+    names: list[str] = []
+    qtypes: list[str] = []
+    blocks: list[Any] = []
     index: dict[int, tuple[int, int]] = {}
     for tensor in reader.tensors:
         qtype = tensor.tensor_type.name
@@ -232,9 +234,11 @@ class GGUFQuantizer:
         if block["zero_points"] is not None:
             inits.append(numpy_helper.from_array(block["zero_points"].reshape(n, -1), f"{base}_gguf_zero_points"))
         proto.graph.initializer.extend(inits)
+        attrs: dict[str, Any] = {"K": k, "N": n, "bits": block["bits"], "block_size": BLOCK}
+        if level:
+            attrs["accuracy_level"] = level
         new = helper.make_node("MatMulNBits", [node.input[0]] + [i.name for i in inits], list(node.output),
-                               name=f"{node.name}_Q{block['bits']}", domain="com.microsoft", K=k, N=n,
-                               bits=block["bits"], block_size=BLOCK, **({"accuracy_level": level} if level else {}))
+                               name=f"{node.name}_Q{block['bits']}", domain="com.microsoft", **attrs)
         index = list(proto.graph.node).index(node)
         proto.graph.node.remove(node)
         proto.graph.node.insert(index, new)
