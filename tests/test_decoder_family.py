@@ -74,3 +74,19 @@ def test_lm_head_and_weight_error_ranking():
     skewed = weight_error_ranking(tiny_graph(outlier=True), ["fc1", "lm_head"], 32, symmetric=False)
     assert skewed == ["fc1", "lm_head"] and plain == ["lm_head", "fc1"]   # lm_head has more weights
     assert skewed == weight_error_ranking(tiny_graph(outlier=True), ["fc1", "lm_head"], 32, symmetric=False)
+
+
+def test_keep8_needs_four_bits_and_the_smoke_check_feeds_an_empty_cache(tmp_path):
+    import onnx
+
+    import onnxlite
+    from onnxlite.errors import UsageError
+
+    model = tmp_path / "decoder.onnx"
+    onnx.save(tiny_graph(), str(model))
+    with pytest.raises(UsageError, match="keep8/sensitive8 need bits=4"):
+        onnxlite.quantize(model, tmp_path / "a.onnx", strategy="weightonly", bits=8, keep8=("fc1",))
+    result = onnxlite.quantize(model, tmp_path / "b.onnx", strategy="weightonly", bits=4, block_size=32,
+                               lm_head="int8", sensitive8=1)
+    assert result.details["check"]["ran"] is True
+    assert result.details["eight_bit"] == ["fc1", "lm_head"] and result.details["lm_head"] == "int8"
