@@ -12,14 +12,16 @@ them to a new 4-bit grid loses what the file's own grid kept.  This strategy rea
 * **Q4_0** (a float16 scale per 32, ``w = (q - 8) * d``) is MatMulNBits' symmetric 4-bit form: no zero
   points, the kernel's default is 8.  Exact.
 * **Q8_0** (``w = q * d``, int8 q) is 8-bit MatMulNBits with ``q + 128`` and the default zero point 128.  Exact.
-* **Q4_1** (scale and minimum per 32, ``w = q * d + m``) needs the zero point ``-m / d``, not an integer in
-  general, so it is stored as a float zero point (MatMulNBits takes them in the scales' type).  The weight
-  the kernel computes, ``(q - zp) * d``, differs from ``q * d + m`` by float32 rounding only (the figure is in
-  the details).  With float zero points onnxruntime's CPU kernel computes in float: ``accuracy_level`` 4
-  then has no effect on those nodes (Q4_0 and Q8_0 nodes take it).
+* **Q4_1** (scale and minimum per 32, ``w = q * d + m``): its zero point ``-m / d`` is not an integer in general,
+  and MatMulNBits' float zero points run a slow float path on the CPU.  So (``q4_1=split``, the default) the
+  weight is split exactly, ``q * d + m = (q - 8) * d + (m + 8d)``: symmetric 4-bit MatMulNBits of the file's
+  ``q`` and ``d`` (the fast path), plus ``(x summed per block of 32) @ offsets`` by two small float MatMuls.
+  ``q4_1=zero_point`` stores float zero points instead (the kernel's ``(q - zp) * d`` differs from
+  ``q * d + m`` by float32 rounding; ``accuracy_level`` then has no effect on those nodes).
 * The embedding table: a tied one (the builder's ``Transpose`` of the LM head) reads the LM head's blocks
   through ``GatherBlockQuantized``; a separate one becomes ``GatherBlockQuantized`` itself (Q4_0, Q8_0).
-  Q4_1 tables stay float (GatherBlockQuantized takes integer zero points), said in the notes.
+  Q4_1 tables (and a tied split Q4_1 head) stay float: GatherBlockQuantized takes integer zero points and no
+  offsets.  Said in the notes.
 
 Any other block format in the file (k-quants, IQ, Q5, ...) is refused in one line naming the format and the
 tensor; float tensors (norms, an F16/F32 weight) leave their nodes float.
