@@ -152,9 +152,11 @@ def _load_calibration(spec: QuantizerSpec, model: Path, proto: onnx.ModelProto, 
         # a Dataset (lighten's tasks load it on the judge's sample axes) reaches the strategy as a path would
         return CalibrationData(calibration) if isinstance(calibration, Dataset) else calibration
     from ..data import load_data
+    from ..decoder_inputs import window_specs
     from ..inputs import specs_from_onnx
 
-    return CalibrationData(load_data(calibration, specs_from_onnx(proto), dict(calibration_options or {})))
+    specs = window_specs(proto, specs_from_onnx(proto))   # a decoder calibrates on token windows
+    return CalibrationData(load_data(calibration, specs, dict(calibration_options or {})))
 
 
 def quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,

@@ -267,6 +267,9 @@ def register_quantizers():
             requires=("onnxruntime", "onnx"),
             install="onnxlite[cpu]",
             applies_to=("transformer",),
+            # its activation collector feeds every graph input, and token-window data has no cache inputs: on a
+            # decoder it fails (KeyError on past_key_values.0.key); weightonly's decoder grid is the tool there
+            avoid=("decoder",),
             needs_calibration=True,
             # The outlier channels sit where LayerNorm's gains put them, whatever the tokens: maxima from
             # generated token-id samples smooth MiniLM as well as real sentences do
