@@ -181,7 +181,6 @@ def run_records(decoder: Decoder, windows: CorpusWindows, greedy: GreedyPlan | N
 
     say = progress or (lambda _msg: None)
     stride = windows.plan.stride
-    own_support = isinstance(support, (int, np.integer))
     per_batch = window_batch(windows.plan.window, vocab)
     rows = []
     for start in range(0, len(windows), per_batch):
@@ -189,7 +188,7 @@ def run_records(decoder: Decoder, windows: CorpusWindows, greedy: GreedyPlan | N
         ids = windows.ids[start:start + per_batch]
         logits = decoder.logits(ids)
         for i in range(ids.shape[0]):
-            own = support if own_support else support[start + i]
+            own = support if isinstance(support, (int, np.integer)) else support[start + i]
             rows.append(records.next_token_record(logits[i], ids[i], stride, own))
         del logits
     out = {records.NEXT_TOKEN: np.stack(rows)}
