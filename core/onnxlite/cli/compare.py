@@ -62,6 +62,12 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     one-sided --confidence upper bound of its drop is above it.  The drop is
     1 - value for similarities and agreements, reference minus candidate for
     accuracy, and the value itself for absolute differences (docs/metrics.md).
+
+    Decoder language models with a key/value cache (exported folders) are
+    judged on a text corpus (--data corpus.txt, documents separated by blank
+    lines): perplexity (its budget relative: perplexity=5%), kl,
+    next_token_agreement and greedy_agreement, on windows set with
+    --data-option window=N and stride=N (context tokens).
     """
     from rich.markup import escape
 
