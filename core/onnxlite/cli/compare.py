@@ -79,6 +79,9 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     err = console(stderr=True)
     if per_node and len(candidates) != 1:
         raise click.UsageError("--per-node takes exactly one CANDIDATE")
+    if per_node and _is_decoder(candidates[0]):
+        raise click.UsageError("--per-node attributes an output's error node by node; a decoder language model "
+                               "is judged on its corpus, so it has no per-node form")
     with err.status("comparing...") as status:
         source, specs, framework = _reference(reference, framework, inputs, model_class, framework_options,
                                               settings)
@@ -122,6 +125,12 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         click.get_current_context().exit(1)
     if result.passed:
         click.echo("PASS: every candidate is within --max-drop", err=True)
+
+
+def _is_decoder(path: str) -> bool:
+    from ..evaluation.decoder_compare import is_decoder_compare
+
+    return is_decoder_compare(None, [path])
 
 
 def _per_node(reference, candidate, data, metrics, status, **options):
