@@ -112,6 +112,9 @@ def test_gensim_news_text_is_plain_documents():
 
     news = documents("news", 5)
     assert len(news) == 5 and all(len(d) > 200 and "\n" not in d for d in news)
+    wiki = documents("wiki", 2)
+    assert len(wiki) == 2 and wiki[0].startswith("Anarchism is a political philosophy")
+    assert not any(mark in d for d in wiki for mark in ("'''", "[[", "==", "{{"))
     text = plain_wiki("== History ==\n'''Anarchism''' is a [[political philosophy]] that advocates "
                       "self-governed societies.\n{{cite web|url=x}}\n[[Category:Politics]]")
     assert text == "Anarchism is a political philosophy that advocates self-governed societies."
