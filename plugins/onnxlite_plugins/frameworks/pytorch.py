@@ -30,7 +30,7 @@ from onnxlite import FrameworkSpec, OnnxliteError, Option, UsageError, hookimpl
 
 EXPORTERS = ("torchscript", "dynamo")
 DEFAULT_EXPORTER = "torchscript"
-_SUFFIXES = {".pt", ".pth", ".pt2", ".ts", ".torchscript", ".jit"}
+_SUFFIXES = {".pt", ".pth", ".pt2", ".ts", ".torchscript", ".jit", ".gguf"}
 _HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                "pytorch_model.bin.index.json")
 
@@ -125,14 +125,51 @@ def unsupported_operators(exc: BaseException | None) -> list[str]:
 
 
 def _summary(exc: BaseException) -> str:
+    """The exporter's own first error line.  dynamo's message is a report whose summary reads
+    ``<class 'torch._dynamo.exc.Unsupported'>: the reason`` then ``(Refer to the full stack trace above ...)``,
+    a trace the user never sees: keep the reason, drop the pointer."""
     text = str(exc)
     marker = "## Exception summary"
     if marker in text:
         text = text.split(marker, 1)[1]
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("<class")]
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r"^<class '[^']*'>:\s*", "", line.strip())
+        if line and not line.startswith("(Refer to the full stack trace"):
+            lines.append(line)
+    if not lines and exc.__cause__ is not None and exc.__cause__ is not exc:
+        return _summary(exc.__cause__)
     first = lines[0] if lines else type(exc).__name__
     return " ".join(first.split())[:240]
+
+
+@contextlib.contextmanager
+def _quiet_fds():
+    """Silence what the exporters print below Python (the TorchScript exporter writes its IR graph to file
+    descriptor 1 when it fails): the host prints its own one line."""
+    import sys
+    import tempfile
+
+    saved: list[tuple[int, int]] = []
+    sink = None
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sink = tempfile.TemporaryFile()
+        for fd in (1, 2):
+            saved.append((fd, os.dup(fd)))
+            os.dup2(sink.fileno(), fd)
+    except (OSError, ValueError):   # no real descriptors (an embedding host): Python-level silencing still applies
+        pass
+    try:
+        yield
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        if sink is not None:
+            sink.close()
 
 
 # --------------------------------------------------------------------------- source models
@@ -151,6 +188,8 @@ class TorchSource:
         self.program = program
         self.provenance = dict(provenance or {})
         self.versions = dict(versions or {})
+        #: a causal language model's cache export and reference (onnxlite_plugins.frameworks.causal_lm), or None
+        self.causal_lm: Any = None
 
     def input_specs(self):
         if self._specs is None:
@@ -244,7 +283,8 @@ class TorchSource:
         level = logger.level
         logger.setLevel(logging.ERROR)
         try:
-            with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), \
+                    _quiet_fds():
                 warnings.simplefilter("ignore")
                 self._export_quietly(exporter, path, inputs, args, output_names, opset, names)
         finally:
@@ -439,17 +479,50 @@ def _load_transformers(path: Path, source: str) -> TorchSource:
         size = size if isinstance(size, int) else int(size[0])
         specs.append(InputSpec("pixel_values", "float32",
                                ("batch", int(getattr(config, "num_channels", 3)), size, size)))
+    return _transformers_source(model, source, specs, path)
+
+
+def _transformers_source(model: Any, source: str, specs: list[Any], folder: Path | None,
+                         tokenizer: Any = None, gguf: bool = False) -> TorchSource:
+    import transformers
+
+    from .causal_lm import CausalLM, is_causal_module
+
+    config = model.config
     summary = {key: getattr(config, key, None) for key in ("model_type", "num_attention_heads", "hidden_size",
                                                             "vocab_size")}
-    return TorchSource(model, source, "transformers model", specs or None,
-                       provenance={"onnxlite.transformers_config": json.dumps(summary)},
-                       versions={"transformers": transformers.__version__})
+    kind = "GGUF model" if gguf else "transformers model"
+    loaded = TorchSource(model, source, kind, specs or None,
+                         provenance={"onnxlite.transformers_config": json.dumps(summary)},
+                         versions={"transformers": transformers.__version__})
+    if is_causal_module(model):
+        loaded.causal_lm = CausalLM(model, source, folder=folder, tokenizer=tokenizer, gguf=gguf)
+    return loaded
+
+
+def _lm_specs(config: Any) -> list[Any]:
+    from onnxlite.inputs import InputSpec
+
+    vocab = int(config.vocab_size)
+    return [InputSpec("input_ids", "int64", ("batch", "seq"), (0, vocab), "ids"),
+            InputSpec("attention_mask", "int64", ("batch", "seq"), (0, 2), "mask")]
+
+
+def _load_gguf(path: Path, source: str) -> TorchSource:
+    from .causal_lm import load_gguf
+
+    model, tokenizer = load_gguf(path, source)
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+    return _transformers_source(model, source, _lm_specs(model.config), None, tokenizer=tokenizer, gguf=True)
 
 
 def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TorchSource:
     import torch
 
     model_class = options.get("model_class")
+    if path.suffix.lower() == ".gguf":
+        return _load_gguf(path, source)
     if path.suffix.lower() == ".pt2":
         try:
             program = torch.export.load(str(path))
@@ -487,10 +560,35 @@ def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TorchSour
     return TorchSource(module.eval(), source, f"state dict for {model_class}")
 
 
+def float32_weights(loaded: TorchSource) -> TorchSource:
+    """Cast a module's bfloat16 parameters and buffers to float32 as it loads, before references are taken and
+    before any exporter runs: onnxruntime's CPU has no bfloat16 kernels, and an exporter keeps their dtype.
+    The export is then checked against the float32 module, and the note says so."""
+    import torch
+
+    module = loaded.module
+    if loaded.program is not None or _is_script(module) or not isinstance(module, torch.nn.Module):
+        return loaded
+    low = [(n, t) for n, t in [*module.named_parameters(), *module.named_buffers()] if t.dtype == torch.bfloat16]
+    if not low:
+        return loaded
+    with torch.no_grad():
+        for _, tensor in low:
+            tensor.data = tensor.data.float()
+    listed = ", ".join(n for n, _ in low[:4]) + (" ..." if len(low) > 4 else "")
+    loaded.provenance["onnxlite.cast"] = (
+        f"cast {len(low)} bfloat16 buffer(s)/weight(s) ({listed}) to float32 before export: onnxruntime's CPU "
+        "has no bfloat16 kernels; verified against the float32 module")
+    return loaded
+
+
 class PyTorchExporter:
     """Loads PyTorch sources."""
 
     def load(self, source: str, options: Mapping[str, Any]) -> TorchSource:
+        return float32_weights(self._load(source, options))
+
+    def _load(self, source: str, options: Mapping[str, Any]) -> TorchSource:
         import torch
 
         obj = options.get("python_object")
@@ -499,6 +597,12 @@ class PyTorchExporter:
             if isinstance(built, torch.export.ExportedProgram):
                 return TorchSource(built.module(), source, "torch.export program", _program_specs(built),
                                    program=built)
+            from .causal_lm import is_causal_module
+
+            if is_causal_module(built):   # a transformers LM built in code: its tokenizer may be where it came from
+                named = Path(str(getattr(built.config, "_name_or_path", "") or ""))
+                return _transformers_source(built, source, _lm_specs(built.config),
+                                            named if str(named) not in ("", ".") and named.is_dir() else None)
             return TorchSource(built, source, "nn.Module")
         path = Path(source)
         if not path.exists():
