@@ -168,6 +168,8 @@ def test_identical_decoder_agrees_fully_and_a_perturbed_one_does_not(models):
     for c in (same, noisy):   # every budgeted drop has an interval over the windows
         assert {"text.perplexity", "text.kl"} <= set(c.intervals)
         assert c.intervals["text.kl"]["samples"] == result.samples
+    # windows that all agree fully are means over tokens, not a rate of samples: no Clopper-Pearson slack
+    assert same.intervals["text.next_token_agreement"]["upper"] == 0.0 and not result.unresolved
 
 
 def test_greedy_agreement_matches_the_two_models_greedy_runs(models):
