@@ -146,10 +146,13 @@ class DecoderJudge(Judge):
     threads: int | None = None
 
     def run_candidate(self, path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-        """The candidate decoder's records on the judge's windows and prompts, on the reference's support."""
+        """The candidate decoder's records on the judge's windows and prompts, on the reference's support; the
+        candidate runs on the judge's provider (the reference ran on the CPU)."""
+        from ..runtime import resolve_providers
         from .decoder_run import open_decoder, run_records
 
-        decoder = open_decoder(path, self.threads)
+        providers = resolve_providers(self.settings) if self.settings.provider != "cpu" else None
+        decoder = open_decoder(path, self.threads, providers)
         out = run_records(decoder, self.windows, self.greedy_plan, self.reference_outputs[records.NEXT_TOKEN])
         return {name: out[name] for name in self.reference_outputs}
 

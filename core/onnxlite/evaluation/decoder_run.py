@@ -142,10 +142,10 @@ def _transformers_folder(path: Any) -> bool:
     return folder.is_dir() and (folder / "config.json").is_file() and not (folder / "model.onnx").exists()
 
 
-def open_decoder(path: str | os.PathLike[str], threads: int | None = None) -> Decoder:
-    """The decoder at ``path``: an ONNX one, else a transformers folder."""
+def open_decoder(path: str | os.PathLike[str], threads: int | None = None, providers: Any = None) -> Decoder:
+    """The decoder at ``path``: an ONNX one (on ``providers``, default the CPU), else a transformers folder."""
     if _onnx_decoder(path):
-        return OnnxDecoder(path, threads)
+        return OnnxDecoder(path, threads, providers)
     if _transformers_folder(path):
         return TorchDecoder(path, threads)
     raise UsageError(f"{path}: not a decoder language model (expected a folder with model.onnx and its key/value "
