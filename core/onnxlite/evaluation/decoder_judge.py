@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 #: the order decoder metrics are listed in, the first being the headline one
 DECODER_ORDER = ("perplexity", "kl", "next_token_agreement", "greedy_agreement")
+#: what a classifier's metric is called on a decoder: top-1 agreement is teacher-forced next-token agreement
+ALIASES = {"top1_agreement": "next_token_agreement"}
 #: greedy prompts and continuations when the user names neither
 DEFAULT_PROMPT_TOKENS = 32
 DEFAULT_NEW_TOKENS = 32
@@ -119,6 +121,7 @@ class DecoderJudge(Judge):
         if options.samples and len(windows) > options.samples:
             windows = windows.take(options.samples)
         # metric names and budgets are checked before the reference runs (minutes on a real model)
+        metrics, max_drop = _aliased_metrics(metrics), _aliased_budgets(max_drop)
         early = resolve_decoder_metrics({records.NEXT_TOKEN: None, records.GREEDY: None}, metrics)
         parse_budgets(max_drop, early, choose_primary(early, [primary] if primary else metrics))
         wanted = [m.name for m in early]
@@ -178,6 +181,22 @@ class DecoderJudge(Judge):
         return (f"greedy: {float(np.mean(lengths)):.1f} of {plan.new_tokens} new tokens equal to the reference's "
                 f"before the first difference, mean over {len(lengths)} prompts of {plan.prompt_tokens} tokens "
                 f"(all {plan.new_tokens} on {int(np.sum(lengths == plan.new_tokens))})")
+
+
+def _aliased_metrics(metrics: Sequence[str] | None) -> list[str] | None:
+    return None if metrics is None else [ALIASES.get(m, m) for m in metrics]
+
+
+def _aliased_budgets(max_drop: Any) -> Any:
+    """``max_drop`` with :data:`ALIASES` spelt as the decoder metrics they stand for."""
+    from .metrics import budget_items
+
+    if max_drop is None:
+        return None
+    items = budget_items(max_drop)
+    if not any(key in ALIASES for key, _ in items):
+        return max_drop
+    return [value if key is None else f"{ALIASES.get(key, key)}={value}" for key, value in items]
 
 
 def _vocab(reference: Any, candidate: Any) -> int | None:
