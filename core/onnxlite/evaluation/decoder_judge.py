@@ -88,8 +88,10 @@ class DecoderJudge(Judge):
     support: int = records.DEFAULT_SUPPORT
     vocab: int | None = None
 
-    def resolve(self, requested: Sequence[str] | None) -> list[ResolvedMetric]:
-        return resolve_decoder_metrics(self.reference_outputs, requested)
+    @staticmethod
+    def bind(outputs: Mapping[str, Any], feeds: Any, labels: Any,   # type: ignore[override]
+             requested: Sequence[str] | None) -> list[ResolvedMetric]:
+        return resolve_decoder_metrics(outputs, requested)
 
     @classmethod
     def from_decoders(cls, reference: str | os.PathLike[str], data: Any,
