@@ -87,6 +87,7 @@ class DecoderJudge(Judge):
     greedy_plan: GreedyPlan | None = None
     support: int = records.DEFAULT_SUPPORT
     vocab: int | None = None
+    threads: int | None = None
 
     @staticmethod
     def bind(outputs: Mapping[str, Any], feeds: Any, labels: Any,   # type: ignore[override]
@@ -111,6 +112,11 @@ class DecoderJudge(Judge):
 
         options = options or DecoderOptions()
         say = progress or (lambda _msg: None)
+        # metric names and budgets are checked before any work (the reference runs for minutes on a real model)
+        metrics, max_drop = _aliased_metrics(metrics), _aliased_budgets(max_drop)
+        early = resolve_decoder_metrics({records.NEXT_TOKEN: None, records.GREEDY: None}, metrics)
+        parse_budgets(max_drop, early, choose_primary(early, [primary] if primary else metrics))
+        wanted = [m.name for m in early]
         where = reference if has_tokenizer(model_folder(reference)) or candidate is None else candidate
         defaults = generation_defaults(where)
         if isinstance(data, CorpusWindows):
@@ -122,11 +128,6 @@ class DecoderJudge(Judge):
             windows = corpus_windows(documents, tokenizer, plan, source)
         if options.samples and len(windows) > options.samples:
             windows = windows.take(options.samples)
-        # metric names and budgets are checked before the reference runs (minutes on a real model)
-        metrics, max_drop = _aliased_metrics(metrics), _aliased_budgets(max_drop)
-        early = resolve_decoder_metrics({records.NEXT_TOKEN: None, records.GREEDY: None}, metrics)
-        parse_budgets(max_drop, early, choose_primary(early, [primary] if primary else metrics))
-        wanted = [m.name for m in early]
         greedy = None
         if "greedy_agreement" in wanted:
             greedy = GreedyPlan(options.prompt_tokens, options.new_tokens, defaults.eos_token_id,
@@ -147,8 +148,6 @@ class DecoderJudge(Judge):
         judge.data_description = windows.describe()
         del decoder
         return judge
-
-    threads: int | None = None
 
     def run_candidate(self, path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         """The candidate decoder's records on the judge's windows and prompts, on the reference's support; the
