@@ -1,0 +1,112 @@
+"""Near-ties of a classifier: samples whose answer any rounding may flip.
+
+A sample is a *near-tie* when the reference's top-1 probability leads its runner-up by less than a margin
+(:data:`DEFAULT_MARGIN`, in probability); the rest are *confident*.  A changed answer on a near-tie says
+little about a candidate (fp16-rounded weights can flip it), one on a confident sample says it broke
+something.  :func:`changed_answers` counts a candidate's changed answers in the two groups, for the
+verdict and the tables; the ``top1_agreement_confident`` metric budgets only the confident ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: the probability lead below which a sample is a near-tie.  0.1: photos that belong to no class of an
+#: ImageNet classifier have top-1 probabilities of 0.12-0.30 and leads under 0.1, while a photo of a class
+#: it knows leads by far more; a lead of 0.1 is also ten times what fp16 rounding moves a probability.
+DEFAULT_MARGIN = 0.1
+#: more than this share of near-ties and an agreement budget may be unreachable: the verdict warns
+NEAR_TIE_WARNING = 1 / 3
+
+
+def probabilities(output: Any) -> np.ndarray:
+    """``[batch, classes]`` rows as probabilities: as they are when they already are (non-negative, summing
+    to 1), else their softmax (logits)."""
+    import numpy as np
+
+    values = np.asarray(output, dtype=np.float64).reshape(output.shape[0], -1)
+    if values.size and np.all(values >= 0) and np.allclose(values.sum(axis=1), 1.0, atol=1e-3):
+        return values
+    shifted = values - values.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return np.asarray(exp / exp.sum(axis=1, keepdims=True))
+
+
+def lead(output: Any) -> np.ndarray:
+    """How far each sample's top-1 probability leads its runner-up's."""
+    import numpy as np
+
+    probs = probabilities(output)
+    if probs.shape[1] < 2:
+        return np.ones(probs.shape[0])
+    top = np.partition(probs, probs.shape[1] - 2, axis=1)[:, -2:]
+    return np.asarray(top[:, 1] - top[:, 0])
+
+
+def confident(output: Any, margin: float = DEFAULT_MARGIN) -> np.ndarray:
+    """The samples whose top-1 leads by at least ``margin`` (a boolean mask)."""
+    return lead(output) >= margin
+
+
+@dataclass(frozen=True)
+class Changes:
+    """A candidate's changed top-1 answers on one output, near-ties and confident samples apart."""
+
+    margin: float
+    near_ties: int
+    near_tie_changes: int
+    confident: int
+    confident_changes: int
+
+    @property
+    def samples(self) -> int:
+        return self.near_ties + self.confident
+
+    def text(self) -> str:
+        """``1 of 12 confident, 3 of 12 near-ties``."""
+        return (f"{self.confident_changes} of {self.confident} confident, "
+                f"{self.near_tie_changes} of {self.near_ties} near-ties")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def changed_answers(reference: Any, candidate: Any, margin: float = DEFAULT_MARGIN,
+                    index: Sequence[int] | np.ndarray | None = None) -> Changes:
+    """The candidate's changed top-1 answers on the samples ``index`` (default: all), in the two groups."""
+    import numpy as np
+
+    ref = np.asarray(reference).reshape(reference.shape[0], -1)
+    cand = np.asarray(candidate).reshape(ref.shape)
+    if index is not None:
+        rows = np.asarray(index, dtype=np.int64)
+        ref, cand = ref[rows], cand[rows]
+    sure = confident(ref, margin)
+    changed = np.argmax(ref, axis=1) != np.argmax(cand, axis=1)
+    changed |= ~np.all(np.isfinite(cand), axis=1)
+    return Changes(float(margin), int(np.sum(~sure)), int(np.sum(changed & ~sure)), int(np.sum(sure)),
+                   int(np.sum(changed & sure)))
+
+
+def near_tie_note(output: str, reference: Any, samples: Sequence[int] | np.ndarray | None = None,
+                  margin: float = DEFAULT_MARGIN, warn: bool = True) -> str:
+    """The verdict's line on an output's near-ties among the judging samples, with a warning above a third
+    when ``warn`` (a budget counts every changed answer)."""
+    import numpy as np
+
+    ref = np.asarray(reference)
+    if samples is not None:
+        ref = ref[np.asarray(samples, dtype=np.int64)]
+    ties = int(np.sum(~confident(ref, margin)))
+    total = int(ref.shape[0])
+    text = (f"{output}: {ties} of {total} judging samples are near-ties (the reference's top-1 leads the "
+            f"runner-up by < {margin:g} in probability)")
+    if warn and total and ties / total > NEAR_TIE_WARNING:
+        text += ("; more than a third: a top1_agreement budget may be unreachable for any quantized model, "
+                 "as rounding flips near-ties; top1_agreement_confident judges the confident ones only")
+    return text
