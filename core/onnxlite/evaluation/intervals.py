@@ -144,6 +144,16 @@ def judged_index(metric: ResolvedMetric, reference: np.ndarray, context: Any,
     return chosen[mask[chosen]] if mask.shape == (count,) else chosen
 
 
+def judged_rows(judge: Any, key: str, index: Sequence[int] | None = None) -> tuple[int, ...] | None:
+    """The samples of ``index`` (default: all) the metric ``key`` judges, when it judges only some of them
+    (``top1_agreement_confident``: the confident ones) and some are left; else ``index`` as it is."""
+    metric = next((m for m in judge.metrics if m.key == key), None)
+    if metric is None or getattr(metric.metric, "judged", None) is None:
+        return tuple(index) if index is not None else None
+    rows = judged_index(metric, judge.reference_outputs[metric.output], judge.context(metric.output), index)
+    return tuple(int(i) for i in rows) if rows.size else (tuple(index) if index is not None else None)
+
+
 def metric_interval(metric: ResolvedMetric, reference: np.ndarray, candidate: np.ndarray, context: Any,
                     *, confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
                     seed: int = 0, index: Sequence[int] | np.ndarray | None = None) -> Interval:

@@ -16,41 +16,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-#: the probability lead below which a sample is a near-tie.  0.1: photos that belong to no class of an
-#: ImageNet classifier have top-1 probabilities of 0.12-0.30 and leads under 0.1, while a photo of a class
-#: it knows leads by far more; a lead of 0.1 is also ten times what fp16 rounding moves a probability.
+#: the probability lead below which a sample is a near-tie: two classes within 0.1 of each other are a
+#: coin toss the model itself is unsure of (a photo of no class it knows), not an answer a user relies on
+#: (docs/metrics.md, "Near-ties")
 DEFAULT_MARGIN = 0.1
 #: more than this share of near-ties and an agreement budget may be unreachable: the verdict warns
 NEAR_TIE_WARNING = 1 / 3
 
 
-def probabilities(output: Any) -> np.ndarray:
-    """``[batch, classes]`` rows as probabilities: as they are when they already are (non-negative, summing
-    to 1), else their softmax (logits)."""
-    import numpy as np
-
-    values = np.asarray(output, dtype=np.float64).reshape(output.shape[0], -1)
-    if values.size and np.all(values >= 0) and np.allclose(values.sum(axis=1), 1.0, atol=1e-3):
-        return values
-    shifted = values - values.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return np.asarray(exp / exp.sum(axis=1, keepdims=True))
-
-
-def lead(output: Any) -> np.ndarray:
-    """How far each sample's top-1 probability leads its runner-up's."""
-    import numpy as np
-
-    probs = probabilities(output)
-    if probs.shape[1] < 2:
-        return np.ones(probs.shape[0])
-    top = np.partition(probs, probs.shape[1] - 2, axis=1)[:, -2:]
-    return np.asarray(top[:, 1] - top[:, 0])
-
-
 def confident(output: Any, margin: float = DEFAULT_MARGIN) -> np.ndarray:
     """The samples whose top-1 leads by at least ``margin`` (a boolean mask)."""
-    return lead(output) >= margin
+    from ..numerics import top1_lead
+
+    return top1_lead(output) >= margin
 
 
 @dataclass(frozen=True)

@@ -189,9 +189,9 @@ class ConfidentAgreement:
         return _is_logits(reference)
 
     def judged(self, reference: Any, context: Any) -> Any:
-        from onnxlite.evaluation.margins import confident
+        from onnxlite.numerics import top1_lead
 
-        return confident(reference, self.margin)
+        return top1_lead(reference) >= self.margin
 
     def compute(self, reference: Any, candidate: Any, context: Any) -> float:
         np = _np()
