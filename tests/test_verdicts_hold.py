@@ -149,6 +149,11 @@ def test_a_tail_metric_is_bounded_by_order_statistics_in_a_verdict():
     small = Judge({"embedding": reference[:40]}, {"x": np.zeros((40, 2), np.float32)}, metrics=["cosine_p05"],
                   max_drop="1%")
     assert "embedding.cosine_p05" in small.set_confidence(CONFIDENCE)
+    # a budget on a tail brings the metric in beside the defaults (no --metric needed)
+    budgeted = Judge({"embedding": reference}, {"x": np.zeros((count, 2), np.float32)},
+                     max_drop=["1%", "cosine_p05=2%"])
+    assert "embedding.cosine_p05" in {m.key for m in budgeted.metrics} and "embedding.cosine_mean" in budgeted.budgets
+    assert budgeted.budgets["embedding.cosine_p05"] == pytest.approx(0.02)
 
 
 def test_lighten_judges_the_float_noise_row_and_states_its_promises(tmp_path):
@@ -182,5 +187,13 @@ def test_lighten_judges_the_float_noise_row_and_states_its_promises(tmp_path):
     assert f"worst of {confirm}, ~1 in {confirm + 1} new may score lower" in " ".join(text.split())
     if result.winner is not None:
         assert f"worst of {confirm}; about 1 in {confirm + 1} new samples may score lower" in result.message
+    # no --metric named: beside cosine_min, the lowest tail the judging samples can bound, said in a note
+    from onnxlite.search.confidence import supported_tail
+
+    q = supported_tail(confirm, CONFIDENCE)
+    assert q is not None and result.evidence["tails"] == [f"y.cosine_p{round(q * 100):02d}"]
+    assert any(m.startswith(f"tail: y.cosine_p{round(q * 100):02d} beside y.cosine_min")
+               for m in result.evidence["messages"])
+    assert noise.intervals[result.evidence["tails"][0]]["method"] == "order statistic"
     # the verdict says how many judging samples are near-ties
     assert any("judging samples are near-ties" in m for m in result.evidence["messages"])

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError, one_line
 from ..figures import Figures
 from ..protocols import MetricContext
-from .metrics import ResolvedMetric, choose_primary, compute, drop, parse_budgets, resolve_metrics
+from .metrics import (
+    ResolvedMetric,
+    budgeted_metrics,
+    choose_primary,
+    compute,
+    drop,
+    parse_budgets,
+    resolve_metrics,
+)
 from .reference import ReferenceModel
 
 if TYPE_CHECKING:
@@ -183,6 +191,7 @@ class Judge:
         self.settings = settings or SessionSettings()
         self.batch_size = max(1, int(batch_size))
         self.metrics: list[ResolvedMetric] = resolve_metrics(self.reference_outputs, self.feeds, labels, metrics)
+        self.metrics += budgeted_metrics(max_drop, self.metrics, self.reference_outputs, self.feeds, labels)
         self.primary = choose_primary(self.metrics, [primary] if primary else metrics)
         self.budgets = parse_budgets(max_drop, self.metrics, self.primary)
         #: classifier outputs, whose changed answers are counted with near-ties apart (evaluation.margins)

@@ -92,7 +92,8 @@ def configure_judge(judge: Judge, confidence: float, seed: int = 0, tails: bool 
         ranking = extra or key
         messages.append(
             f"the held-out data cannot resolve the {key} budget ({judge.budgets[key]:.3g}) at {confidence:.0%} "
-            f"confidence: one of the {confirm} {where} is worth {found.sample_worth:.3g}"
+            f"confidence: one of the {found.samples} {where}"
+            + (" it judges" if found.samples != confirm else "") + f" is worth {found.sample_worth:.3g}"
             + (f"; it needs >= {needed} {where}" + (f" ({total} held-out samples in all)" if parts else "")
                if needed else "")
             + f"; {key} is held to its measured drop and candidates are ranked by {ranking}")
