@@ -73,6 +73,12 @@ def test_too_few_samples_cannot_bound_a_tail_and_say_how_many_would():
     assert stats.quantile_resolution(300, 0.01, 0.01, CONFIDENCE).resolvable
     interval = stats.quantile_interval(0.0, 1.0, np.ones(47), 0.01, CONFIDENCE)
     assert interval.upper == float("inf")
+    # 64 samples bound the 5th percentile one-sided (59 needed), not two-sided at 97.5% (72): the report says "-"
+    found = stats.quantile_interval(0.0, 1.0, np.linspace(0.98, 1, 64), 0.05, CONFIDENCE).to_dict()
+    assert found["upper"] is not None and found["high"] is None
+    from onnxlite.search.results import bound_text
+
+    assert bound_text(found["high"]) == "-" and bound_text(found["upper"]) == f"{found['upper']:.4g}"
 
 
 def _near_tie_logits(rng: np.random.Generator, count: int, ties: int) -> np.ndarray:
@@ -173,6 +179,10 @@ def test_lighten_judges_the_float_noise_row_and_states_its_promises(tmp_path):
     # shown: in the report's table and in the JSON result
     report = result.to_report()
     assert [r.name for r in report.rows][:2] == ["fp32", "float noise"]
+    from onnxlite.report.text import render_markdown
+
+    markdown = render_markdown(report)
+    assert "| float noise |" in markdown and "worst of" in markdown
     assert result.to_dict()["float_noise"]["name"] == "float noise"
     from rich.console import Console
 

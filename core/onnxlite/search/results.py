@@ -251,10 +251,15 @@ def _confidence_section(result: LightenResult) -> str:
             if not key:
                 continue
             data = row.intervals.get(key)
-            cells.append(f"{data['estimate']:.4g} [{data['low']:.4g}, {data['high']:.4g}], {data['upper']:.4g}"
-                         if data and data.get("upper") is not None else "-")
+            cells.append(f"{data['estimate']:.4g} [{bound_text(data['low'])}, {bound_text(data['high'])}], "
+                         f"{data['upper']:.4g}" if data and data.get("upper") is not None else "-")
         table.append(f"| {row.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines + table)
+
+
+def bound_text(value: float | None) -> str:
+    """An interval's end, ``-`` where it is unbounded (an order-statistic bound the samples cannot give)."""
+    return "-" if value is None else f"{value:.4g}"
 
 
 def verification_line(export: dict[str, Any]) -> str:
