@@ -44,7 +44,9 @@ def fp16_rounded(fp32: Path, out: Path) -> Path | None:
             if tensor.data_type != onnx.TensorProto.FLOAT:
                 continue
             values = numpy_helper.to_array(tensor)
-            rounded = np.where(np.abs(values) <= FP16_MAX, values.astype(np.float16).astype(np.float32), values)
+            # clipped before the cast so that no value overflows; those beyond fp16's range keep their own
+            cast = np.clip(values, -FP16_MAX, FP16_MAX).astype(np.float16).astype(np.float32)
+            rounded = np.where(np.abs(values) <= FP16_MAX, cast, values)
             graph.initializer[index].CopyFrom(numpy_helper.from_array(rounded.astype(np.float32), tensor.name))
         for node in graph.node:
             for attribute in node.attribute:
