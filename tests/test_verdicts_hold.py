@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import onnxlite
-from onnxlite import stats
+from onnxlite import order_stats
 from onnxlite.evaluation.intervals import judge_outputs
 from onnxlite.evaluation.judge import Judge
 from onnxlite.evaluation.margins import changed_answers
@@ -22,7 +22,7 @@ CONFIDENCE = 0.95
 def test_the_worst_case_statement_matches_a_simulation(n):
     # Draw n samples, then m new ones from the same distribution: the share of the new ones below the n's
     # minimum is what "about 1 in n+1 new samples may score lower (up to U at 95%)" states.
-    promise = stats.worst_promise(n, CONFIDENCE)
+    promise = order_stats.worst_promise(n, CONFIDENCE)
     assert promise.one_in == n + 1
     rng = np.random.default_rng(n)
     trials, m = 600, 4000
@@ -45,36 +45,36 @@ def test_the_worst_case_statement_matches_a_simulation(n):
 def test_the_quantile_bound_covers_the_true_quantile_at_its_stated_rate(q, n):
     # The order statistic the metric's interval uses is a lower bound on the true q-quantile in at least 95%
     # of seeded draws, and not wastefully more (a looser rank would show as coverage near 1).
-    rank = stats.quantile_lower_rank(n, q, CONFIDENCE)
+    rank = order_stats.quantile_lower_rank(n, q, CONFIDENCE)
     assert rank >= 1
     rng = np.random.default_rng(int(q * 1000) + n)
     trials = 2000
     draws = np.sort(rng.uniform(size=(trials, n)), axis=1)     # uniform: the true q-quantile is q
     covered = np.mean(draws[:, rank - 1] <= q)
-    exact = 1 - stats._binomial_cdf_all(n, q)[rank - 1]         # P(Binomial(n, q) >= rank)
+    exact = 1 - order_stats._binomial_cdf_all(n, q)[rank - 1]         # P(Binomial(n, q) >= rank)
     assert exact >= CONFIDENCE
     assert abs(covered - exact) < 4 * np.sqrt(exact * (1 - exact) / trials) + 1e-3
     # one rank higher would not hold at 95%: the bound is the tightest the samples allow
-    assert 1 - stats._binomial_cdf_all(n, q)[rank] < CONFIDENCE
+    assert 1 - order_stats._binomial_cdf_all(n, q)[rank] < CONFIDENCE
     # as the metric's interval: the drop's upper bound is 1 minus that order statistic of the cosines
     cosines = 1 - draws[0] * 0.02
-    found = stats.quantile_interval(0.0, 1.0, cosines, q, CONFIDENCE)
+    found = order_stats.quantile_interval(0.0, 1.0, cosines, q, CONFIDENCE)
     assert found.upper == pytest.approx(1 - np.sort(cosines)[rank - 1])
     assert found.method == "order statistic"
 
 
 @pytest.mark.unit
 def test_too_few_samples_cannot_bound_a_tail_and_say_how_many_would():
-    needed = stats.quantile_samples(0.01, CONFIDENCE)
-    assert needed == 299 and stats.quantile_lower_rank(needed - 1, 0.01) == 0
-    assert stats.quantile_lower_rank(needed, 0.01) == 1
-    found = stats.quantile_resolution(47, 0.01, 0.01, CONFIDENCE)
+    needed = order_stats.quantile_samples(0.01, CONFIDENCE)
+    assert needed == 299 and order_stats.quantile_lower_rank(needed - 1, 0.01) == 0
+    assert order_stats.quantile_lower_rank(needed, 0.01) == 1
+    found = order_stats.quantile_resolution(47, 0.01, 0.01, CONFIDENCE)
     assert not found.resolvable and "299" in found.reason
-    assert stats.quantile_resolution(300, 0.01, 0.01, CONFIDENCE).resolvable
-    interval = stats.quantile_interval(0.0, 1.0, np.ones(47), 0.01, CONFIDENCE)
+    assert order_stats.quantile_resolution(300, 0.01, 0.01, CONFIDENCE).resolvable
+    interval = order_stats.quantile_interval(0.0, 1.0, np.ones(47), 0.01, CONFIDENCE)
     assert interval.upper == float("inf")
     # 64 samples bound the 5th percentile one-sided (59 needed), not two-sided at 97.5% (72): the report says "-"
-    found = stats.quantile_interval(0.0, 1.0, np.linspace(0.98, 1, 64), 0.05, CONFIDENCE).to_dict()
+    found = order_stats.quantile_interval(0.0, 1.0, np.linspace(0.98, 1, 64), 0.05, CONFIDENCE).to_dict()
     assert found["upper"] is not None and found["high"] is None
     from onnxlite.search.results import bound_text
 
@@ -149,7 +149,7 @@ def test_a_tail_metric_is_bounded_by_order_statistics_in_a_verdict():
     interval = verdict.intervals["embedding.cosine_p05"]
     assert interval.method == "order statistic"
     cosines = np.sum(reference * candidate, 1) / np.linalg.norm(reference, axis=1) / np.linalg.norm(candidate, axis=1)
-    rank = stats.quantile_lower_rank(count, 0.05, CONFIDENCE)
+    rank = order_stats.quantile_lower_rank(count, 0.05, CONFIDENCE)
     assert interval.upper == pytest.approx(1 - np.sort(cosines)[rank - 1], abs=1e-6)
     # on 40 samples the 5th percentile cannot be bounded: announced before any candidate, held to its measure
     small = Judge({"embedding": reference[:40]}, {"x": np.zeros((40, 2), np.float32)}, metrics=["cosine_p05"],

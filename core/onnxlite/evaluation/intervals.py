@@ -10,7 +10,7 @@ values, the interval comes from them:
 - other per-sample values: a paired, seeded percentile bootstrap of the
   reduced drop (:mod:`onnxlite.stats`);
 - a low-quantile metric (``cosine_p05``: its metric object has a ``quantile``): distribution-free
-  order-statistic bounds (:func:`stats.quantile_interval`), which need enough samples to exist at all;
+  order-statistic bounds (:func:`onnxlite.order_stats.quantile_interval`), which need enough samples to exist at all;
 - a metric that is none of these gets a bootstrap that recomputes it on each
   resample (fewer resamples: it is slower).
 
@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..order_stats import quantile_interval, quantile_resolution
 from ..stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -34,8 +35,6 @@ from ..stats import (
     bootstrap_interval,
     paired_rate_interval,
     point_interval,
-    quantile_interval,
-    quantile_resolution,
     rate_resolution,
     resample_indices,
 )
@@ -217,10 +216,15 @@ def is_rate_metric(metric: ResolvedMetric, reference: np.ndarray, context: Any) 
     return values is not None and bool(np.all(np.isin(values, (0.0, 1.0))))
 
 
-def resolution(metric: ResolvedMetric, reference: np.ndarray, context: Any, budget: float, samples: int,
-               confidence: float = DEFAULT_CONFIDENCE) -> Resolution | None:
+def resolution(metric: ResolvedMetric, reference: np.ndarray, context: Any, budget: float,
+               samples: int | None = None, confidence: float = DEFAULT_CONFIDENCE,
+               index: Sequence[int] | None = None) -> Resolution | None:
     """For a rate metric, whether ``samples`` held-out samples can prove ``budget``; for a low-quantile metric,
-    whether they can bound its quantile at all (None for other continuous metrics)."""
+    whether they can bound its quantile at all (None for other continuous metrics).  Without ``samples``, those
+    of ``index`` (default: all) that the metric judges count (:func:`judged_index`: the confident ones, for
+    ``top1_agreement_confident``)."""
+    if samples is None:
+        samples = int(judged_index(metric, reference, context, index).size)
     q = quantile_of(metric)
     if q is not None:
         return quantile_resolution(samples, q, budget, confidence)

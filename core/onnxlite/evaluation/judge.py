@@ -18,15 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError, one_line
 from ..figures import Figures
 from ..protocols import MetricContext
-from .metrics import (
-    ResolvedMetric,
-    budgeted_metrics,
-    choose_primary,
-    compute,
-    drop,
-    parse_budgets,
-    resolve_metrics,
-)
+from .margins import classifier_outputs
+from .metrics import choose_primary, compute, drop, judged_metrics, parse_budgets
 from .reference import ReferenceModel
 
 if TYPE_CHECKING:
@@ -106,8 +99,7 @@ class CandidateResult(Figures):
         return {
             "name": self.name, "path": self.path, "size_bytes": self.size_bytes, "format": self.format,
             "metrics": _clean(self.metrics), "drops": _clean(self.drops), "budgets": dict(self.budgets),
-            "intervals": dict(self.intervals), "select_drops": _clean(self.select_drops),
-            "changes": dict(self.changes),
+            "intervals": dict(self.intervals), "select_drops": _clean(self.select_drops), "changes": dict(self.changes),
             "passed": self.passed, "failures": list(self.failures), "cpu_fallback": self.cpu_fallback,
             "notes": list(self.notes),
         }
@@ -190,13 +182,10 @@ class Judge:
         self.labels = labels
         self.settings = settings or SessionSettings()
         self.batch_size = max(1, int(batch_size))
-        self.metrics: list[ResolvedMetric] = resolve_metrics(self.reference_outputs, self.feeds, labels, metrics)
-        self.metrics += budgeted_metrics(max_drop, self.metrics, self.reference_outputs, self.feeds, labels)
+        self.metrics = judged_metrics(self.reference_outputs, self.feeds, labels, metrics, max_drop)
         self.primary = choose_primary(self.metrics, [primary] if primary else metrics)
         self.budgets = parse_budgets(max_drop, self.metrics, self.primary)
-        #: classifier outputs, whose changed answers are counted with near-ties apart (evaluation.margins)
-        self.classifier_outputs: tuple[str, ...] = classifier_outputs(self.reference_outputs, self.metrics,
-                                                                        self.context)
+        self.classifier_outputs = classifier_outputs(self.reference_outputs, self.metrics, self.context)  # margins
         self.reference_scores = {m.key: compute(m, self.reference_outputs[m.output], self.reference_outputs[m.output],
                                                 self.context(m.output)) for m in self.metrics}
         #: with a confidence, budgets hold at that one-sided confidence (evaluation.intervals.judge_outputs)
@@ -301,15 +290,13 @@ class Judge:
         """Judge at one-sided ``confidence`` on ``parts`` (select/confirm; None: all confirm), intervals for
         ``extra_intervals`` too (``compare`` and ``lighten`` both call it).  Returns the budgets the confirming
         samples cannot resolve, by key: held to their measured drop (``estimate_only``)."""
-        from .intervals import judged_index, resolution
+        from .intervals import resolution
 
-        index = parts.confirm if parts is not None else None
         by_key, unresolved = {m.key: m for m in self.metrics}, {}
         for key, budget in self.budgets.items():
             metric = by_key[key]
-            reference, context = self.reference_outputs[metric.output], self.context(metric.output)
-            count = int(judged_index(metric, reference, context, index).size)   # the confident ones, for some
-            found = resolution(metric, reference, context, budget, count, confidence)
+            found = resolution(metric, self.reference_outputs[metric.output], self.context(metric.output), budget,
+                               confidence=confidence, index=parts.confirm if parts is not None else None)
             if found is not None and not found.resolvable:
                 unresolved[key] = found
         self.confidence, self.parts, self.extra_intervals = confidence, parts, tuple(extra_intervals)
@@ -367,20 +354,17 @@ class Judge:
     def evaluate(self, path: str | os.PathLike[str], name: str | None = None) -> CandidateResult:
         """Scores, drops and the pass/fail verdict against the budgets."""
         from ..modelio import model_size
+        from .intervals import classifier_changes, judge_outputs
 
+        outputs = self.run_candidate(path)
         if self.confidence is not None:
-            from .intervals import judge_outputs
-
-            verdict = judge_outputs(self, self.run_candidate(path), confidence=self.confidence, parts=self.parts,
+            verdict = judge_outputs(self, outputs, confidence=self.confidence, parts=self.parts,
                                     estimate_only=self.estimate_only, extra=self.extra_intervals)
             return CandidateResult(name=name or Path(path).stem, path=str(path), metrics=verdict.metrics,
                                    drops=verdict.drops, budgets=dict(self.budgets), passed=verdict.passed,
                                    failures=verdict.failures, size_bytes=model_size(path),
                                    intervals={k: v.to_dict() for k, v in verdict.intervals.items()},
                                    select_drops=verdict.select_drops, changes=verdict.changes or {})
-        from .intervals import classifier_changes
-
-        outputs = self.run_candidate(path)
         scores = self.score_outputs(outputs)
         drops = self.drops(scores)
         failures = []
@@ -398,17 +382,6 @@ class Judge:
     def metric_info(self) -> dict[str, dict[str, Any]]:
         return {m.key: {"output": m.output, "metric": m.name, "higher_is_better": m.higher_is_better,
                         "description": m.description, "why": m.why} for m in self.metrics}
-
-
-def classifier_outputs(outputs: Mapping[str, np.ndarray], metrics: Sequence[ResolvedMetric],
-                       context: Callable[[str], MetricContext]) -> tuple[str, ...]:
-    """The outputs that are classification logits (:func:`~onnxlite.evaluation.metrics.output_kind`) and are
-    judged by some metric: their changed answers are worth counting."""
-    from .metrics import output_kind
-
-    judged = {m.output for m in metrics}
-    return tuple(name for name, value in outputs.items()
-                 if name in judged and output_kind(name, value, context(name)) == "classification logits")
 
 
 def _rename_like(outputs: dict[str, np.ndarray], candidate: str | os.PathLike[str]) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ verdict and the tables; the ``top1_agreement_confident`` metric budgets only the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,17 @@ if TYPE_CHECKING:
 DEFAULT_MARGIN = 0.1
 #: more than this share of near-ties and an agreement budget may be unreachable: the verdict warns
 NEAR_TIE_WARNING = 1 / 3
+
+
+def classifier_outputs(outputs: Mapping[str, Any], metrics: Sequence[Any],
+                       context: Callable[[str], Any]) -> tuple[str, ...]:
+    """The outputs that are classification logits (:func:`~onnxlite.evaluation.metrics.output_kind`) and are
+    judged by some metric: their changed answers are worth counting."""
+    from .metrics import output_kind
+
+    judged = {m.output for m in metrics}
+    return tuple(name for name, value in outputs.items()
+                 if name in judged and output_kind(name, value, context(name)) == "classification logits")
 
 
 def confident(output: Any, margin: float = DEFAULT_MARGIN) -> np.ndarray:

@@ -321,6 +321,13 @@ def check_budget_values(max_drop: Any) -> None:
         parse_budget(value, f"--max-drop {key}" if key else "--max-drop")
 
 
+def judged_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], labels: Any = None,
+                   requested: Sequence[str] | None = None, max_drop: Any = None) -> list[ResolvedMetric]:
+    """:func:`resolve_metrics`, and the metrics a budget names beside them (:func:`budgeted_metrics`)."""
+    found = resolve_metrics(reference_outputs, feeds, labels, requested)
+    return found + budgeted_metrics(max_drop, found, reference_outputs, feeds, labels)
+
+
 def budgeted_metrics(max_drop: Any, metrics: Sequence[ResolvedMetric], reference_outputs: Mapping[str, np.ndarray],
                      feeds: Mapping[str, np.ndarray], labels: Any = None) -> list[ResolvedMetric]:
     """The metrics a budget names that the chosen ones lack (``--max-drop pooled_cosine_p01=1%`` beside the

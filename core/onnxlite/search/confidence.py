@@ -130,7 +130,7 @@ TAIL_QUANTILES = (0.01, 0.05, 0.10)
 
 def supported_tail(samples: int, confidence: float) -> float | None:
     """The lowest of :data:`TAIL_QUANTILES` that ``samples`` can bound at ``confidence`` (None: not even the last)."""
-    from ..stats import quantile_samples
+    from ..order_stats import quantile_samples
 
     for q in TAIL_QUANTILES:
         needed = quantile_samples(q, confidence)
@@ -144,7 +144,7 @@ def add_tails(judge: Judge, samples: int, confidence: float) -> tuple[tuple[str,
     added and one line each saying which percentile and why."""
     from ..errors import UsageError
     from ..evaluation.metrics import compute, resolve_metrics
-    from ..stats import quantile_samples
+    from ..order_stats import quantile_samples
 
     added: list[str] = []
     lines: list[str] = []
@@ -182,7 +182,8 @@ def budget_allowances(judge: Judge, by_key: dict[str, Any], samples: int, confid
     samples that judge, said before any quantizing so that a verdict can be predicted: by the confidence bound,
     or by the measured drop when the data cannot resolve the budget; and how many samples one more would need."""
     from ..evaluation.intervals import is_rate_metric, judged_index
-    from ..stats import allowance_text, allowed_changes, samples_for_changes, worst_promise
+    from ..order_stats import worst_promise
+    from ..stats import allowance_text, allowed_changes, samples_for_changes
 
     found: dict[str, dict[str, Any]] = {}
     index = judge.parts.confirm if judge.parts is not None else None

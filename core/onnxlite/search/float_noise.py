@@ -34,7 +34,11 @@ def fp16_rounded(fp32: Path, out: Path) -> Path | None:
 
     if fp32.stat().st_size > MAX_BYTES:
         return None
-    model = onnx.load(str(fp32), load_external_data=False)
+    from ..modelio import read_header
+
+    # a copy of the parse the judge already made (read_header's is shared: never edited in place)
+    model = onnx.ModelProto()
+    model.CopyFrom(read_header(fp32))
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
         return None
     graphs = [model.graph]

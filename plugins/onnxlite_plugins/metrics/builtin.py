@@ -98,7 +98,7 @@ class CosineQuantile:
     """The ``quantile``-th quantile of the per-sample cosines (plain or mask-pooled): a tail that holds on new data.
 
     ``quantile`` tells the host's intervals to bound it with order statistics
-    (:func:`onnxlite.stats.quantile_interval`), not a bootstrap.
+    (:func:`onnxlite.order_stats.quantile_interval`), not a bootstrap.
     """
 
     def __init__(self, quantile: float, pooled: bool):
