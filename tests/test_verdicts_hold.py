@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
 import onnxlite
 from onnxlite import order_stats
@@ -51,11 +52,11 @@ def test_the_quantile_bound_covers_the_true_quantile_at_its_stated_rate(q, n):
     trials = 2000
     draws = np.sort(rng.uniform(size=(trials, n)), axis=1)     # uniform: the true q-quantile is q
     covered = np.mean(draws[:, rank - 1] <= q)
-    exact = 1 - order_stats._binomial_cdf_all(n, q)[rank - 1]         # P(Binomial(n, q) >= rank)
+    exact = sps.binom.sf(rank - 1, n, q)         # P(Binomial(n, q) >= rank), from scipy: an independent check
     assert exact >= CONFIDENCE
     assert abs(covered - exact) < 4 * np.sqrt(exact * (1 - exact) / trials) + 1e-3
     # one rank higher would not hold at 95%: the bound is the tightest the samples allow
-    assert 1 - order_stats._binomial_cdf_all(n, q)[rank] < CONFIDENCE
+    assert sps.binom.sf(rank, n, q) < CONFIDENCE
     # as the metric's interval: the drop's upper bound is 1 minus that order statistic of the cosines
     cosines = 1 - draws[0] * 0.02
     found = order_stats.quantile_interval(0.0, 1.0, cosines, q, CONFIDENCE)
@@ -207,3 +208,24 @@ def test_lighten_judges_the_float_noise_row_and_states_its_promises(tmp_path):
     assert noise.intervals[result.evidence["tails"][0]]["method"] == "order statistic"
     # the verdict says how many judging samples are near-ties
     assert any("judging samples are near-ties" in m for m in result.evidence["messages"])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("count,bounded", [(40, False), (120, True)])
+def test_a_tail_budget_says_whether_its_samples_bound_it(count, bounded):
+    from onnxlite.report.text import allowance_note
+    from onnxlite.search.confidence import configure_judge
+
+    rng = np.random.default_rng(4)
+    reference = rng.normal(size=(count, 16)).astype(np.float32)
+    judge = Judge({"embedding": reference}, {"x": np.zeros((count, 2), np.float32)},
+                  metrics=["cosine_mean", "cosine_min"], max_drop=["1%", "cosine_p05=2%", "cosine_min=5%"])
+    setup = configure_judge(judge, CONFIDENCE)
+    samples = setup.parts["confirm"]
+    tail = setup.allowances["embedding.cosine_p05"]
+    assert tail["kind"] == "tail" and tail["bounded"] is bounded and tail["needed"] == 59
+    note = allowance_note(tail)
+    expected = f": bounded on {samples} for new samples" if bounded else f": measured on {samples} (a bound needs 59)"
+    assert note == expected
+    worst = setup.allowances["embedding.cosine_min"]
+    assert allowance_note(worst) == f": worst of {samples}, ~1 in {samples + 1} new may score lower"

@@ -221,6 +221,9 @@ def allowance_note(allowance: dict[str, Any] | None) -> str:
         return ""
     if allowance.get("kind") == "worst":
         return f": worst of {allowance['samples']}, ~1 in {allowance['one_in']} new may score lower"
+    if allowance.get("kind") == "tail":
+        return (f": bounded on {allowance['samples']} for new samples" if allowance.get("bounded")
+                else f": measured on {allowance['samples']} (a bound needs {allowance['needed']})")
     allowed = allowance["allowed"]
     if allowed < 0:
         return f": no candidate can pass on {allowance['samples']} samples"

@@ -181,8 +181,8 @@ def budget_allowances(judge: Judge, by_key: dict[str, Any], samples: int, confid
     """For each budget on a rate metric (agreement, accuracy), how many changed answers it lets pass on the
     samples that judge, said before any quantizing so that a verdict can be predicted: by the confidence bound,
     or by the measured drop when the data cannot resolve the budget; and how many samples one more would need."""
-    from ..evaluation.intervals import is_rate_metric, judged_index
-    from ..order_stats import worst_promise
+    from ..evaluation.intervals import is_rate_metric, judged_index, quantile_of
+    from ..order_stats import quantile_samples, worst_promise
     from ..stats import allowance_text, allowed_changes, samples_for_changes
 
     found: dict[str, dict[str, Any]] = {}
@@ -196,6 +196,15 @@ def budget_allowances(judge: Judge, by_key: dict[str, Any], samples: int, confid
             hint = f"; a tail budget ({tail}_p05, {tail}_p10) bounds a percentile instead" if tail else ""
             found[key] = {"kind": "worst", "samples": samples, "one_in": promise.one_in, "upper": promise.upper,
                           "text": f"{key}: {promise.text()}{hint}"}
+            continue
+        q = quantile_of(metric)
+        if q is not None:       # a tail: bounded on new samples, or held to its measured value when too few
+            needed = quantile_samples(q, confidence)
+            found[key] = {"kind": "tail", "samples": samples, "quantile": q, "needed": needed,
+                          "bounded": key not in unresolved,
+                          "text": f"{key}: the {q:.0%} tail of {samples} samples, "
+                                  + (f"bounded at {confidence:.0%} confidence for new samples" if key not in unresolved
+                                     else f"held to its measured value (a bound for new samples needs >= {needed})")}
             continue
         if not is_rate_metric(metric, reference, context):
             continue
