@@ -27,6 +27,8 @@ def _figures(seed: int) -> dict:
             "drops": {"y.cosine_mean": 0.01 + seed / 1000},
             "intervals": {"y.cosine_mean": {"estimate": 0.01, "low": 0.0, "high": 0.02, "upper": 0.02}},
             "select_drops": {"y.cosine_mean": 0.012 + seed / 1000},
+            "changes": {"y": {"margin": 0.1, "near_ties": 3, "near_tie_changes": seed, "confident": 9,
+                              "confident_changes": 0}},
             "latency_ms": {"p50": 2.0 + seed, "p90": 3.0, "p99": 4.0, "mean": 2.5},
             "throughput": 400.0 + seed, "load_seconds": 0.25 + seed, "peak_rss_bytes": 10**8 + seed}
 

@@ -59,7 +59,9 @@ def test_transformer_search_finds_a_winner_within_budget(bert_result, tiny_bert)
     assert meta["onnxlite.isa"] == result.settings["isa"] == detect().isa == read_recipe(result.recipe_path).isa
     assert f"judged and timed on {detect().isa}" in result.message
     report = json.loads((result.output_dir / "report.json").read_text())
-    assert {r["name"] for r in report["rows"]} == {"fp32"} | {c.name for c in result.candidates}
+    # fp32 and its float noise (fp16-rounded weights, a yardstick), then every candidate
+    assert result.float_noise is not None
+    assert {r["name"] for r in report["rows"]} == {"fp32", "float noise"} | {c.name for c in result.candidates}
     # An independent check of the winner against the PyTorch model, on fresh data.
     check = onnxlite.compare(str(tiny_bert), result.model_path, max_drop="2%", seed=7)
     assert check.passed, check.to_dict()

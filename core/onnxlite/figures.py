@@ -33,6 +33,9 @@ class Figures:
     intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: drops on the select part of the held-out data, where option grids are decided
     select_drops: dict[str, float] = field(default_factory=dict)
+    #: changed top-1 answers per classifier output on the confirm part, near-ties and confident samples apart
+    #: (``Changes.to_dict()`` of :mod:`onnxlite.evaluation.margins` per output name)
+    changes: dict[str, dict[str, Any]] = field(default_factory=dict)
     latency_ms: dict[str, float] | None = None    # per batch: p50, p90, p99, mean
     throughput: float | None = None               # samples/s
     load_seconds: float | None = None             # creating the session
@@ -42,7 +45,7 @@ class Figures:
 #: every figure, in the record's order
 FIGURES: tuple[str, ...] = tuple(f.name for f in fields(Figures))
 #: what judging a model against its reference finds
-JUDGED: tuple[str, ...] = ("metrics", "drops", "intervals", "select_drops")
+JUDGED: tuple[str, ...] = ("metrics", "drops", "intervals", "select_drops", "changes")
 #: what benchmarking a model finds
 MEASURED: tuple[str, ...] = ("latency_ms", "throughput", "load_seconds", "peak_rss_bytes")
 

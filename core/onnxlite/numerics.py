@@ -33,3 +33,22 @@ def cosine_per_sample(reference: np.ndarray, candidate: np.ndarray, eps: float =
 
 def is_floating(a: np.ndarray) -> bool:
     return np.issubdtype(np.asarray(a).dtype, np.floating)
+
+
+def probabilities(output: np.ndarray) -> np.ndarray:
+    """``[batch, classes]`` rows as probabilities: as they are when they already are (non-negative, summing
+    to 1), else their softmax (logits)."""
+    values = np.asarray(output, dtype=np.float64).reshape(output.shape[0], -1)
+    if values.size and np.all(values >= 0) and np.allclose(values.sum(axis=1), 1.0, atol=1e-3):
+        return values
+    exp = np.exp(values - values.max(axis=1, keepdims=True))
+    return np.asarray(exp / exp.sum(axis=1, keepdims=True))
+
+
+def top1_lead(output: np.ndarray) -> np.ndarray:
+    """How far each sample's top-1 probability leads its runner-up's (1 with a single class)."""
+    probs = probabilities(output)
+    if probs.shape[1] < 2:
+        return np.ones(probs.shape[0])
+    top = np.partition(probs, probs.shape[1] - 2, axis=1)[:, -2:]
+    return np.asarray(top[:, 1] - top[:, 0])

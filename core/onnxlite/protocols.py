@@ -135,6 +135,11 @@ class Metric(Protocol):
     score falls from that, in the direction given by the spec's
     ``higher_is_better``.  Return NaN when the candidate's outputs are not
     finite: a NaN drop always fails a budget.
+
+    Two optional attributes shape the drop's confidence interval: ``quantile``
+    (a float in (0, 1)) marks a low-quantile metric, bounded with order
+    statistics; ``judged(reference, context)`` returns a boolean mask of the
+    samples the metric judges (the others never count, in the score or the interval).
     """
 
     def applies(self, reference: np.ndarray, context: MetricContext) -> bool:

@@ -51,7 +51,7 @@ class Interval:
     high: float
     upper: float
     confidence: float
-    method: str          # "exact" | "bootstrap" | "none"
+    method: str          # "exact" | "bootstrap" | "order statistic" | "none"
     samples: int
 
     def overlaps(self, other: Interval) -> bool:

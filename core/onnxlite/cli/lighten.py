@@ -155,7 +155,8 @@ def lighten_table(result: Any, width: int = 80) -> Any:
     table.add_column("p50 ms", justify="right", no_wrap=True)
     for key in keys:
         table.add_column(wrap_words(f"{shorts[key]} drop", metric_width), justify="right", no_wrap=True)
-    for row in [base] + list(result.candidates):
+    noise = [result.float_noise] if getattr(result, "float_noise", None) is not None else []
+    for row in [base] + noise + list(result.candidates):
         p50 = (row.latency_ms or {}).get("p50")
         size = human_bytes(row.size_bytes) if row.size_bytes else "-"
         if row is not base and row.size_bytes and base.size_bytes:
@@ -204,8 +205,12 @@ def _drop_cell(drop: float | None, interval: dict | None, budget: float | None =
 def reason_lines(result: Any, width: int) -> list[str]:
     """``name: why`` for every candidate, whole (paths shortened to file names), for under the table."""
     from ..report.text import shorten_paths
+    from ..search.results import changes_text
 
-    return [f"{row.name} ({row.status}): {shorten_paths(row.reason)}" for row in result.candidates if row.reason]
+    rows = ([result.float_noise] if getattr(result, "float_noise", None) is not None else []) + list(result.candidates)
+    return [f"{row.name} ({row.status}): {shorten_paths(row.reason)}"
+            + (f" (answers: {changes}" + ")" if (changes := changes_text(row)) else "")
+            for row in rows if row.reason]
 
 
 class LiveProgress:

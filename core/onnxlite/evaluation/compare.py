@@ -111,7 +111,8 @@ class CompareResult:
                 text = "-" if value is None else f"{value:.4g}"
                 interval = c.intervals.get(key) or {}
                 if value is not None and interval.get("upper") is not None:
-                    text += f" [{interval['low']:.4g}, {interval['high']:.4g}] ≤{interval['upper']:.4g}"
+                    ends = ["-" if interval.get(end) is None else f"{interval[end]:.4g}" for end in ("low", "high")]
+                    text += f" [{ends[0]}, {ends[1]}] ≤{interval['upper']:.4g}"
                 if key in c.budgets:
                     text += f" (max {c.budgets[key]:.4g}{', measured drop' if key in self.unresolved else ''})"
                 cells.append(text)

@@ -91,7 +91,7 @@ class DecoderJudge(Judge):
 
     @staticmethod
     def bind(outputs: Mapping[str, Any], feeds: Any, labels: Any,   # type: ignore[override]
-             requested: Sequence[str] | None) -> list[ResolvedMetric]:
+             requested: Sequence[str] | None, max_drop: Any = None) -> list[ResolvedMetric]:
         return resolve_decoder_metrics(outputs, requested)
 
     @classmethod

@@ -9,6 +9,8 @@ values, the interval comes from them:
   rate of lost samples: exact Clopper-Pearson bounds (:func:`stats.paired_rate_interval`);
 - other per-sample values: a paired, seeded percentile bootstrap of the
   reduced drop (:mod:`onnxlite.stats`);
+- a low-quantile metric (``cosine_p05``: its metric object has a ``quantile``): distribution-free
+  order-statistic bounds (:func:`onnxlite.order_stats.quantile_interval`), which need enough samples to exist at all;
 - a metric that is none of these gets a bootstrap that recomputes it on each
   resample (fewer resamples: it is slower).
 
@@ -24,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..order_stats import quantile_interval, quantile_resolution
 from ..stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -119,6 +122,37 @@ def _reducer(whole: float, values: np.ndarray) -> str | None:
     return None
 
 
+def quantile_of(metric: ResolvedMetric) -> float | None:
+    """The quantile a low-quantile metric reports (its metric object's ``quantile``), else None."""
+    q = getattr(metric.metric, "quantile", None)
+    return float(q) if isinstance(q, (int, float)) and 0 < q < 1 else None
+
+
+def judged_index(metric: ResolvedMetric, reference: np.ndarray, context: Any,
+                 index: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """The samples of ``index`` (default: all) that ``metric`` judges: all of them, unless its metric object
+    says otherwise with ``judged(reference, context)`` (a boolean mask over the samples)."""
+    import numpy as np
+
+    count = reference.shape[0]
+    chosen = np.arange(count) if index is None else np.asarray(index, dtype=np.int64)
+    judged = getattr(metric.metric, "judged", None)
+    if judged is None:
+        return chosen
+    mask = np.asarray(judged(reference, context), dtype=bool).reshape(-1)
+    return chosen[mask[chosen]] if mask.shape == (count,) else chosen
+
+
+def judged_rows(judge: Any, key: str, index: Sequence[int] | None = None) -> tuple[int, ...] | None:
+    """The samples of ``index`` (default: all) the metric ``key`` judges, when it judges only some of them
+    (``top1_agreement_confident``: the confident ones) and some are left; else ``index`` as it is."""
+    metric = next((m for m in judge.metrics if m.key == key), None)
+    if metric is None or getattr(metric.metric, "judged", None) is None:
+        return tuple(index) if index is not None else None
+    rows = judged_index(metric, judge.reference_outputs[metric.output], judge.context(metric.output), index)
+    return tuple(int(i) for i in rows) if rows.size else (tuple(index) if index is not None else None)
+
+
 def metric_interval(metric: ResolvedMetric, reference: np.ndarray, candidate: np.ndarray, context: Any,
                     *, confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
                     seed: int = 0, index: Sequence[int] | np.ndarray | None = None) -> Interval:
@@ -128,9 +162,11 @@ def metric_interval(metric: ResolvedMetric, reference: np.ndarray, candidate: np
     from .metrics import compute, drop
 
     count = reference.shape[0]
-    chosen = np.arange(count) if index is None else np.asarray(index, dtype=np.int64)
+    chosen = judged_index(metric, reference, context, index)
     ref, cand, ctx = reference[chosen], candidate[chosen], subset_context(context, chosen, count)
     n = int(chosen.size)
+    if n == 0:     # nothing this metric judges (no confident sample): no answer can change
+        return point_interval(0.0, 0, confidence)
     whole_ref = compute(metric, ref, ref, ctx)
     whole_cand = compute(metric, ref, cand, ctx)
     estimate = drop(metric, whole_ref, whole_cand)
@@ -145,6 +181,9 @@ def metric_interval(metric: ResolvedMetric, reference: np.ndarray, candidate: np
         if how is not None and _reducer(whole_ref, ref_values) != how and not np.allclose(ref_values, ref_values[0]):
             how = None
     sign = 1.0 if metric.higher_is_better else -1.0
+    q = quantile_of(metric)
+    if q is not None and cand_values is not None:
+        return quantile_interval(estimate, whole_ref, cand_values, q, confidence, metric.higher_is_better)
     binary = (metric.rate is not False and ref_values is not None and cand_values is not None
               and np.all(np.isin(cand_values, (0.0, 1.0))) and np.all(np.isin(ref_values, (0.0, 1.0))))
     if how == "mean" and binary:
@@ -179,9 +218,18 @@ def is_rate_metric(metric: ResolvedMetric, reference: np.ndarray, context: Any) 
     return values is not None and bool(np.all(np.isin(values, (0.0, 1.0))))
 
 
-def resolution(metric: ResolvedMetric, reference: np.ndarray, context: Any, budget: float, samples: int,
-               confidence: float = DEFAULT_CONFIDENCE) -> Resolution | None:
-    """For a rate metric, whether ``samples`` held-out samples can prove ``budget`` (None for continuous metrics)."""
+def resolution(metric: ResolvedMetric, reference: np.ndarray, context: Any, budget: float,
+               samples: int | None = None, confidence: float = DEFAULT_CONFIDENCE,
+               index: Sequence[int] | None = None) -> Resolution | None:
+    """For a rate metric, whether ``samples`` held-out samples can prove ``budget``; for a low-quantile metric,
+    whether they can bound its quantile at all (None for other continuous metrics).  Without ``samples``, those
+    of ``index`` (default: all) that the metric judges count (:func:`judged_index`: the confident ones, for
+    ``top1_agreement_confident``)."""
+    if samples is None:
+        samples = int(judged_index(metric, reference, context, index).size)
+    q = quantile_of(metric)
+    if q is not None:
+        return quantile_resolution(samples, q, budget, confidence)
     if not is_rate_metric(metric, reference, context):
         return None
     return rate_resolution(samples, budget, confidence)
@@ -228,6 +276,17 @@ class Verdict:
     passed: bool | None
     failures: list[str]
     samples: dict[str, int]
+    #: changed top-1 answers per classifier output, near-ties and confident samples apart (margins.Changes)
+    changes: dict[str, dict[str, Any]] | None = None
+
+
+def classifier_changes(judge: Any, outputs: Mapping[str, np.ndarray],
+                       index: Sequence[int] | np.ndarray | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`margins.changed_answers` on each of the judge's classifier outputs, on the samples ``index``."""
+    from .margins import changed_answers
+
+    return {name: changed_answers(judge.reference_outputs[name], outputs[name], index=index).to_dict()
+            for name in getattr(judge, "classifier_outputs", ()) if name in outputs}
 
 
 def _scores_on(judge: Any, outputs: Mapping[str, np.ndarray], index: np.ndarray) -> tuple[dict, dict]:
@@ -276,4 +335,5 @@ def judge_outputs(judge: Any, outputs: Mapping[str, np.ndarray], *, confidence: 
             failures.append(f"{key}: drop {value:.4g}, {confidence:.0%} bound {interval.upper:.4g} > max {budget:.4g}")
     passed = None if not judge.budgets else not failures
     samples = {"confirm": int(confirm.size)} | ({"select": len(parts.select)} if parts else {})
-    return Verdict(scores, drops, found, select_drops, passed, failures, samples)
+    return Verdict(scores, drops, found, select_drops, passed, failures, samples,
+                   classifier_changes(judge, outputs, confirm))

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError, one_line
 from ..figures import Figures
 from ..protocols import MetricContext
-from .metrics import ResolvedMetric, choose_primary, compute, drop, parse_budgets, resolve_metrics
+from .margins import classifier_outputs
+from .metrics import choose_primary, compute, drop, judged_metrics, parse_budgets
 from .reference import ReferenceModel
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class CandidateResult(Figures):
         return {
             "name": self.name, "path": self.path, "size_bytes": self.size_bytes, "format": self.format,
             "metrics": _clean(self.metrics), "drops": _clean(self.drops), "budgets": dict(self.budgets),
-            "intervals": dict(self.intervals), "select_drops": _clean(self.select_drops),
+            "intervals": dict(self.intervals), "select_drops": _clean(self.select_drops), "changes": dict(self.changes),
             "passed": self.passed, "failures": list(self.failures), "cpu_fallback": self.cpu_fallback,
             "notes": list(self.notes),
         }
@@ -181,9 +182,11 @@ class Judge:
         self.labels = labels
         self.settings = settings or SessionSettings()
         self.batch_size = max(1, int(batch_size))
-        self.metrics: list[ResolvedMetric] = type(self).bind(self.reference_outputs, self.feeds, labels, metrics)
+        self.metrics: list[ResolvedMetric] = type(self).bind(self.reference_outputs, self.feeds, labels, metrics,
+                                                             max_drop)
         self.primary = choose_primary(self.metrics, [primary] if primary else metrics)
         self.budgets = parse_budgets(max_drop, self.metrics, self.primary)
+        self.classifier_outputs = classifier_outputs(self.reference_outputs, self.metrics, self.context)  # margins
         self.reference_scores = {m.key: compute(m, self.reference_outputs[m.output], self.reference_outputs[m.output],
                                                 self.context(m.output)) for m in self.metrics}
         #: with a confidence, budgets hold at that one-sided confidence (evaluation.intervals.judge_outputs)
@@ -261,7 +264,7 @@ class Judge:
         judge.reference_path = run.path
         return judge
 
-    bind = staticmethod(resolve_metrics)   # metrics bound to the outputs; a decoder's judge binds its own
+    bind = staticmethod(judged_metrics)   # metrics bound to the outputs; a decoder's judge binds its own
     reference_name: str = "reference"
     framework: str = "onnx"
     data_description: str = ""
@@ -291,12 +294,11 @@ class Judge:
         samples cannot resolve, by key: held to their measured drop (``estimate_only``)."""
         from .intervals import resolution
 
-        count = len(parts.confirm) if parts is not None else self.samples
         by_key, unresolved = {m.key: m for m in self.metrics}, {}
         for key, budget in self.budgets.items():
             metric = by_key[key]
             found = resolution(metric, self.reference_outputs[metric.output], self.context(metric.output), budget,
-                               count, confidence)
+                               confidence=confidence, index=parts.confirm if parts is not None else None)
             if found is not None and not found.resolvable:
                 unresolved[key] = found
         self.confidence, self.parts, self.extra_intervals = confidence, parts, tuple(extra_intervals)
@@ -354,18 +356,18 @@ class Judge:
     def evaluate(self, path: str | os.PathLike[str], name: str | None = None) -> CandidateResult:
         """Scores, drops and the pass/fail verdict against the budgets."""
         from ..modelio import model_size
+        from .intervals import classifier_changes, judge_outputs
 
+        outputs = self.run_candidate(path)
         if self.confidence is not None:
-            from .intervals import judge_outputs
-
-            verdict = judge_outputs(self, self.run_candidate(path), confidence=self.confidence, parts=self.parts,
+            verdict = judge_outputs(self, outputs, confidence=self.confidence, parts=self.parts,
                                     estimate_only=self.estimate_only, extra=self.extra_intervals)
             return CandidateResult(name=name or Path(path).stem, path=str(path), metrics=verdict.metrics,
                                    drops=verdict.drops, budgets=dict(self.budgets), passed=verdict.passed,
                                    failures=verdict.failures, size_bytes=model_size(path),
                                    intervals={k: v.to_dict() for k, v in verdict.intervals.items()},
-                                   select_drops=verdict.select_drops)
-        scores = self.score(path)
+                                   select_drops=verdict.select_drops, changes=verdict.changes or {})
+        scores = self.score_outputs(outputs)
         drops = self.drops(scores)
         failures = []
         for key, budget in self.budgets.items():
@@ -377,7 +379,7 @@ class Judge:
         passed = None if not self.budgets else not failures
         return CandidateResult(name=name or Path(path).stem, path=str(path), metrics=scores, drops=drops,
                                budgets=dict(self.budgets), passed=passed, failures=failures,
-                               size_bytes=model_size(path))
+                               size_bytes=model_size(path), changes=classifier_changes(self, outputs))
 
     def metric_info(self) -> dict[str, dict[str, Any]]:
         return {m.key: {"output": m.output, "metric": m.name, "higher_is_better": m.higher_is_better,

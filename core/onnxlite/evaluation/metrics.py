@@ -330,6 +330,37 @@ def check_budget_values(max_drop: Any) -> None:
         parse_budget(value, f"--max-drop {key}" if key else "--max-drop")
 
 
+def judged_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray], labels: Any = None,
+                   requested: Sequence[str] | None = None, max_drop: Any = None) -> list[ResolvedMetric]:
+    """:func:`resolve_metrics`, and the metrics a budget names beside them (:func:`budgeted_metrics`)."""
+    found = resolve_metrics(reference_outputs, feeds, labels, requested)
+    return found + budgeted_metrics(max_drop, found, reference_outputs, feeds, labels)
+
+
+def budgeted_metrics(max_drop: Any, metrics: Sequence[ResolvedMetric], reference_outputs: Mapping[str, np.ndarray],
+                     feeds: Mapping[str, np.ndarray], labels: Any = None) -> list[ResolvedMetric]:
+    """The metrics a budget names that the chosen ones lack (``--max-drop pooled_cosine_p01=1%`` beside the
+    default metrics, which do not include the tails): a budget on a metric brings that metric in."""
+    from ..registry import get_registry
+
+    if max_drop is None:
+        return []
+    have = {m.key for m in metrics} | {m.name for m in metrics}
+    known = set(get_registry().names("metric"))
+    added: list[ResolvedMetric] = []
+    for key, _value in budget_items(max_drop):
+        if key is None or key in have:
+            continue
+        _output, name = _split_request(key, list(reference_outputs), sorted(known))
+        if name not in known:
+            continue        # parse_budgets names the unknown metric
+        for found in resolve_metrics(reference_outputs, feeds, labels, [key]):
+            if found.key not in have:
+                added.append(found)
+                have |= {found.key, found.name}
+    return added
+
+
 def parse_budgets(max_drop: Any, metrics: Sequence[ResolvedMetric], primary: str) -> dict[str, float]:
     """Budgets per metric key.
 

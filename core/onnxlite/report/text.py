@@ -215,9 +215,15 @@ def setting_text(value: Any, key: str = "") -> str:
 
 
 def allowance_note(allowance: dict[str, Any] | None) -> str:
-    """``: ≤ 0 of 400 answers may change`` for a table header (empty for continuous metrics)."""
+    """``: ≤ 0 of 400 answers may change`` for a table header, ``: worst of 47, ~1 in 48 new may score lower``
+    for a worst-case budget (empty for other continuous metrics)."""
     if not allowance:
         return ""
+    if allowance.get("kind") == "worst":
+        return f": worst of {allowance['samples']}, ~1 in {allowance['one_in']} new may score lower"
+    if allowance.get("kind") == "tail":
+        return (f": bounded on {allowance['samples']} for new samples" if allowance.get("bounded")
+                else f": measured on {allowance['samples']} (a bound needs {allowance['needed']})")
     allowed = allowance["allowed"]
     if allowed < 0:
         return f": no candidate can pass on {allowance['samples']} samples"

@@ -335,6 +335,8 @@ class _Search:
                        f"{speed_text(base_p50, winner.p50)} fp32, {primary} drop {drop:.4g} "
                        f"(budget {self.judge.budgets.get(primary, float('nan')):.4g})")
             message += "".join(f"; {note}" for note in self.notes)
+            # what a worst-case budget promises about new samples (search.confidence.budget_allowances)
+            message += "".join(f"; {a['text']}" for a in setup.allowances.values() if a.get("kind") == "worst")
             if setup.unresolved:
                 message += (f"; judged by measured drop, not at {setup.confidence:.0%} confidence: the "
                             f"held-out data cannot resolve the budget (see the report); ranked by {rank}")
@@ -345,7 +347,7 @@ class _Search:
         stages = {"grids": self.grids, "quick_times": quick, "mixed": self.later.mixed, "last_resort": resort,
                   "bench_stopping": self.bench_stopping}
         return LightenResult(
-            output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows,
+            output_dir=out, winner=winner, baseline=self.baseline, candidates=self.rows, float_noise=self.ref.noise,
             skipped=[{"strategy": s.strategy, "reason": s.reason} for s in self.skipped],
             primary_metric=primary, budgets=dict(self.judge.budgets), objective=objective, message=message,
             export=self.ref.exported.to_dict(), data=self.inputs.data.description, partial=self.later.partial,

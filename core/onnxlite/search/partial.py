@@ -273,8 +273,10 @@ def _repair(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Fast, max_fl
     parallel = workers or default_workers(_file_size(ctx.fp32))
     # its time share: FALLBACK_SECONDS, or what is left of the search's --time-budget if that is less
     clock = Clock(min(FALLBACK_SECONDS, ctx.trials.budget.left()), parallel)
-    # rank on the select part only: the confirm part judges the repaired model
-    select = ctx.judge.parts.select if ctx.judge.parts else None
+    # rank on the select part only (the confirm part judges the repair), on what the primary metric judges
+    from ..evaluation.intervals import judged_rows
+
+    select = judged_rows(ctx.judge, ctx.primary, ctx.judge.parts.select if ctx.judge.parts else None)
     axes = ctx.judge.batch_axes or None
     feeds = ctx.judge.feeds
     if select:

@@ -62,6 +62,8 @@ class LightenResult:
     partial: dict[str, Any] | None = None
     #: the confidence rule, the select/confirm parts, unresolvable budgets, grid choices, mixed precision
     evidence: dict[str, Any] = field(default_factory=dict)
+    #: fp32 with fp16-rounded weights, judged as a yardstick (search.float_noise); None when skipped
+    float_noise: CandidateRow | None = None
     model_path: Path | None = None
     recipe_path: Path | None = None
     reports: dict[str, Path] = field(default_factory=dict)
@@ -81,6 +83,7 @@ class LightenResult:
             "primary_metric": self.primary_metric,
             "budgets": self.budgets,
             "baseline": self.baseline.to_dict(),
+            "float_noise": self.float_noise.to_dict() if self.float_noise else None,
             "candidates": [c.to_dict() for c in self.candidates],
             "skipped": self.skipped,
             "partial": self.partial,
@@ -139,10 +142,12 @@ def _report(result: LightenResult) -> Any:
     from ..report.model import ModelRow, Report, environment
 
     rows = []
-    for row in [result.baseline] + result.candidates:
+    for row in yardsticks(result) + result.candidates:
         note = row.reason
         if row.keep_float:
             note = f"{note} [kept in float: {', '.join(row.keep_float[:6])}{'...' if len(row.keep_float) > 6 else ''}]"
+        if row.changes:
+            note = f"{note} (answers: {changes_text(row)})"
         # Candidate files live in the scratch folder, which is gone by now; only the winner is kept.
         path = "model.onnx" if row.status == "winner" else "(not kept)"
         rows.append(ModelRow(name=row.name, path=path, status=row.status, note=note, **figures_of(row)))
@@ -176,9 +181,21 @@ def _report(result: LightenResult) -> Any:
                   sections=sections, verdict=result.message, budgets=dict(result.budgets),
                   metric_why=dict((result.evidence or {}).get("metric_why") or {}),
                   allowances=dict((result.evidence or {}).get("allowances") or {}),
-                  details={row.name: _details(row) for row in [result.baseline] + result.candidates},
+                  details={row.name: _details(row) for row in yardsticks(result) + result.candidates},
                   environment=environment(result.settings.get("threads"), target_cpu=result.settings.get("target_cpu")),
                   verification=list((result.export.get("verification") or {}).get("rows") or []))
+
+
+def yardsticks(result: LightenResult) -> list[CandidateRow]:
+    """The rows every candidate is read against: fp32, and its float noise when it was judged."""
+    return [result.baseline] + ([result.float_noise] if result.float_noise is not None else [])
+
+
+def changes_text(row: CandidateRow) -> str:
+    """``logits: 1 of 12 confident, 3 of 12 near-ties changed`` for each classifier output ("" for none)."""
+    from ..evaluation.margins import Changes
+
+    return "; ".join(f"{output}: {Changes(**found).text()} changed" for output, found in (row.changes or {}).items())
 
 
 def _step_text(step: dict[str, Any]) -> str:
@@ -223,21 +240,26 @@ def _confidence_section(result: LightenResult) -> str:
         lines += [f"- mixed precision: {r['name']} {_step_text(r)}" for r in mixed.get("rounds", [])]
     elif mixed.get("reason"):
         lines.append(f"- mixed precision not tried: {mixed['reason']}")
-    keys = list(dict.fromkeys([*result.budgets, evidence.get("rank_metric")]))
+    keys = list(dict.fromkeys([*result.budgets, evidence.get("rank_metric"), *(evidence.get("tails") or [])]))
     table = ["",
              "| candidate | "
              + " | ".join(f"`{k}` drop [{evidence['confidence']:.0%} interval], bound" for k in keys if k) + " |",
              "|---|" + "---|" * len([k for k in keys if k])]
-    for row in [result.baseline] + result.candidates:
+    for row in yardsticks(result) + result.candidates:
         cells = []
         for key in keys:
             if not key:
                 continue
             data = row.intervals.get(key)
-            cells.append(f"{data['estimate']:.4g} [{data['low']:.4g}, {data['high']:.4g}], {data['upper']:.4g}"
-                         if data and data.get("upper") is not None else "-")
+            cells.append(f"{data['estimate']:.4g} [{bound_text(data['low'])}, {bound_text(data['high'])}], "
+                         f"{data['upper']:.4g}" if data and data.get("upper") is not None else "-")
         table.append(f"| {row.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines + table)
+
+
+def bound_text(value: float | None) -> str:
+    """An interval's end, ``-`` where it is unbounded (an order-statistic bound the samples cannot give)."""
+    return "-" if value is None else f"{value:.4g}"
 
 
 def verification_line(export: dict[str, Any]) -> str:

@@ -83,6 +83,8 @@ class Reference:
     baseline: CandidateRow
     #: what the export changed, said in the verdict
     notes: tuple[str, ...] = ()
+    #: fp32 with fp16-rounded weights, judged as a yardstick (search.float_noise); None when skipped
+    noise: CandidateRow | None = None
 
 
 def load_inputs(env: Env) -> Inputs:
@@ -137,7 +139,7 @@ def export_reference(env: Env, inputs: Inputs) -> Reference:
     if not judge.budgets:
         raise UsageError("--max-drop: a budget is needed to judge candidates (for example 1%)")
     # before any quantizing: the confidence rule, the select/confirm parts, and what the data cannot resolve
-    setup = configure_judge(judge, config.confidence)
+    setup = configure_judge(judge, config.confidence, tails=config.metric is None)
     for line in setup.messages:
         env.emit("note", {"message": line})
     judge_dir = save_judge(judge, env.work / "judge")
@@ -145,4 +147,10 @@ def export_reference(env: Env, inputs: Inputs) -> Reference:
     baseline = CandidateRow(name="fp32", strategy="none", options={}, status="reference", path=str(fp32),
                             reason="the exported model, unquantized",
                             **figures_of(verdict, "size_bytes", "metrics", "drops"))
-    return Reference(exported, fp32, judge, setup, judge_dir, baseline, tuple(notes))
+    from .float_noise import float_noise_row, noise_notes
+
+    env.emit("stage", {"message": "judging the float model's own noise (fp16-rounded weights)"})
+    noise = float_noise_row(judge, fp32, env.work / "float_noise")
+    # the verdict says how many judging samples are near-ties, and what rounding alone changes
+    notes += [*setup.near_ties, *noise_notes(noise, judge.budgets)]
+    return Reference(exported, fp32, judge, setup, judge_dir, baseline, tuple(notes), noise)

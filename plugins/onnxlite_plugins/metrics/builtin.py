@@ -19,6 +19,9 @@ from typing import Any
 from onnxlite import MetricSpec, hookimpl
 
 TOP_K = 5
+#: the probability lead of the reference's top-1 over its runner-up below which a sample is a near-tie
+#: (onnxlite.evaluation.margins.DEFAULT_MARGIN; repeated so that registering the metrics imports nothing)
+CONFIDENT_MARGIN = 0.1
 
 
 def _np():
@@ -91,6 +94,32 @@ class PooledCosine:
         return float(values.min() if self.reduce == "min" else values.mean())
 
 
+class CosineQuantile:
+    """The ``quantile``-th quantile of the per-sample cosines (plain or mask-pooled): a tail that holds on new data.
+
+    ``quantile`` tells the host's intervals to bound it with order statistics
+    (:func:`onnxlite.order_stats.quantile_interval`), not a bootstrap.
+    """
+
+    def __init__(self, quantile: float, pooled: bool):
+        self.quantile, self.pooled = quantile, pooled
+
+    def applies(self, reference: Any, context: Any) -> bool:
+        if self.pooled:
+            return _is_tokens(reference, context)
+        return _is_float(reference) and reference.ndim >= 1 and not _is_tokens(reference, context)
+
+    def compute(self, reference: Any, candidate: Any, context: Any) -> float:
+        if not _finite(candidate):
+            return float("nan")
+        if self.pooled:
+            mask = context.attention_mask(reference.shape[:2])
+            if mask is None:
+                raise ValueError(f"output {context.output!r}: pooled cosine needs a [batch, tokens] attention mask")
+            reference, candidate = _pooled(reference, mask), _pooled(candidate, mask)
+        return float(_np().quantile(_cosines(reference, candidate), self.quantile))
+
+
 class AbsDiff:
     def __init__(self, reduce: str):
         self.reduce = reduce
@@ -146,6 +175,57 @@ def _class_labels(labels: Any, count: int, classes: int) -> Any:
     return labels
 
 
+class ConfidentAgreement:
+    """Top-1 agreement on the samples where the reference is confident: its top-1 probability leads the
+    runner-up's by at least ``margin``.  Near-ties, whose answer any rounding may flip, are not judged.
+
+    ``judged`` tells the host's intervals which samples count (exact bounds on those alone).
+    """
+
+    def __init__(self, margin: float):
+        self.margin = margin
+
+    def applies(self, reference: Any, context: Any) -> bool:
+        return _is_logits(reference)
+
+    def judged(self, reference: Any, context: Any) -> Any:
+        from onnxlite.numerics import top1_lead
+
+        return top1_lead(reference) >= self.margin
+
+    def compute(self, reference: Any, candidate: Any, context: Any) -> float:
+        np = _np()
+        if not _finite(candidate):
+            return float("nan")
+        keep = self.judged(reference, context)
+        if not np.any(keep):
+            return 1.0       # no confident answer to change
+        reference = reference.reshape(reference.shape[0], -1)[keep]
+        candidate = candidate.reshape(candidate.shape[0], -1)[keep]
+        return float(np.mean(np.argmax(candidate, axis=1) == np.argmax(reference, axis=1)))
+
+
+class TopKOverlap:
+    """Share of the reference's top ``k`` classes that are also in the candidate's top ``k``, mean over samples."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def applies(self, reference: Any, context: Any) -> bool:
+        return _is_logits(reference) and reference.shape[1] > self.k
+
+    def compute(self, reference: Any, candidate: Any, context: Any) -> float:
+        np = _np()
+        if not _finite(candidate):
+            return float("nan")
+        reference = reference.reshape(reference.shape[0], -1)
+        candidate = candidate.reshape(reference.shape)
+        ref_top = np.argpartition(-reference, self.k - 1, axis=1)[:, :self.k]
+        cand_top = np.argpartition(-candidate, self.k - 1, axis=1)[:, :self.k]
+        shared = [len(set(a.tolist()) & set(b.tolist())) for a, b in zip(ref_top, cand_top)]
+        return float(np.mean(shared) / self.k)
+
+
 class Accuracy:
     """Top-1 accuracy against the data's labels; the reference scores its own accuracy."""
 
@@ -164,9 +244,25 @@ class Accuracy:
         return float(np.mean(np.argmax(candidate.reshape(reference.shape), axis=1) == labels))
 
 
-def _metric(name: str, description: str, factory, higher_is_better: bool = True) -> MetricSpec:
+def _metric(name: str, description: str, factory, higher_is_better: bool = True, default: bool = True) -> MetricSpec:
     return MetricSpec(name=name, description=description, factory=factory, requires=("numpy",),
-                      install="numpy", higher_is_better=higher_is_better)
+                      install="numpy", higher_is_better=higher_is_better, default=default)
+
+
+#: the low percentiles offered as tail metrics (``cosine_p05`` is the 5th percentile of per-sample cosines)
+TAIL_PERCENTILES = (1, 5, 10)
+
+
+def _tail_metrics() -> list[MetricSpec]:
+    specs = []
+    for pct in TAIL_PERCENTILES:
+        for pooled, base, what in ((False, "cosine", "Cosine similarity per sample"),
+                                   (True, "pooled_cosine", "Cosine of attention-mask mean-pooled token embeddings")):
+            specs.append(_metric(
+                f"{base}_p{pct:02d}", f"{what}, its {pct}th percentile over samples, with a distribution-free "
+                f"order-statistic bound (a tail budget that holds on new samples); drop = 1 - value.",
+                lambda q=pct / 100, p=pooled: CosineQuantile(q, p), default=False))
+    return specs
 
 
 @hookimpl
@@ -189,4 +285,10 @@ def register_metrics() -> list[MetricSpec]:
                 "drop = 1 - value.", lambda: PooledCosine("mean")),
         _metric("pooled_cosine_min", "Cosine of attention-mask mean-pooled token embeddings, worst sample; "
                 "drop = 1 - value.", lambda: PooledCosine("min")),
+        _metric("top1_agreement_confident", f"Top-1 agreement on the samples where the reference's top-1 "
+                f"probability leads the runner-up by >= {CONFIDENT_MARGIN:g} (near-ties are not judged); "
+                "drop = 1 - value.", lambda: ConfidentAgreement(CONFIDENT_MARGIN), default=False),
+        _metric("top5_overlap", "Share of the reference's top 5 classes also in the candidate's top 5, mean over "
+                "samples; drop = 1 - value.", lambda: TopKOverlap(TOP_K), default=False),
+        *_tail_metrics(),
     ]
