@@ -182,8 +182,7 @@ class Judge:
         self.labels = labels
         self.settings = settings or SessionSettings()
         self.batch_size = max(1, int(batch_size))
-        self.metrics: list[ResolvedMetric] = type(self).bind(self.reference_outputs, self.feeds, labels, metrics,
-                                                             max_drop)
+        self.metrics = type(self).bind(self.reference_outputs, self.feeds, labels, metrics, max_drop)
         self.primary = choose_primary(self.metrics, [primary] if primary else metrics)
         self.budgets = parse_budgets(max_drop, self.metrics, self.primary)
         self.classifier_outputs = classifier_outputs(self.reference_outputs, self.metrics, self.context)  # margins
