@@ -399,7 +399,7 @@ def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, A
                   batch_size: int, seq_len: int, seed: int) -> tuple[list[dict[str, np.ndarray]], Any, str]:
     """Batches of feeds, labels (or None) and a description of where they came from."""
     from ..data import Dataset, load_data
-    from ..inputs import make_feeds
+    from ..inputs import has_sequence_axis, make_feeds
 
     if data is None:
         total = samples or DEFAULT_SAMPLES
@@ -407,8 +407,6 @@ def _prepare_data(data: Any, specs: Sequence[InputSpec], options: Mapping[str, A
         # exactly ``total`` samples ("at most N" in --samples' help): the last batch holds the remainder
         batches = [make_feeds(specs, batch=min(batch_size, total - i * batch_size), seq=seq_len, seed=seed + i,
                               pad=True) for i in range(count)]
-        from ..inputs import has_sequence_axis
-
         # "seq" only for a model that has a sequence axis (not for an MLP or a CNN)
         return batches, None, f"{total} generated samples" + (f" (padded, seq {seq_len})"
                                                              if has_sequence_axis(specs) else "")
