@@ -108,22 +108,6 @@ def decoder_config(config: LightenConfig) -> LightenConfig:
 
 # -- timing --------------------------------------------------------------------------------------------------
 
-def _kv_shape(model: Path, names: Sequence[str]) -> tuple[int, int]:
-    """(kv heads, head size) of the cache: from the model's input shapes, else its genai_config.json."""
-    from ..modelio import read_header
-
-    for value in read_header(model).graph.input:
-        if value.name in names:
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
-            if len(dims) == 4 and dims[1] and dims[3]:
-                return int(dims[1]), int(dims[3])
-    config = model.parent / "genai_config.json"
-    if config.is_file():
-        decoder = json.loads(config.read_text())["model"]["decoder"]
-        return int(decoder["num_key_value_heads"]), int(decoder["head_size"])
-    raise UsageError(f"{model}: cannot tell the KV cache's heads and head size (no fixed dims, no genai_config.json)")
-
-
 def decode_step_feeds(model: str | os.PathLike[str], past: int = TIMED_PAST, batch: int = 1) -> dict[str, np.ndarray]:
     """Feeds for one decode step: one new token per sequence after ``past`` tokens in the cache.
 
@@ -132,25 +116,18 @@ def decode_step_feeds(model: str | os.PathLike[str], past: int = TIMED_PAST, bat
     """
     import numpy as np
 
-    from ..inputs import specs_from_onnx
+    from ..decoding import decoder_layout
 
-    path = Path(model)
-    specs = specs_from_onnx(path)
-    cache = [s.name for s in specs if s.name.startswith(("past_key_values", "past."))]
-    heads, size = _kv_shape(path, cache) if cache else (0, 0)
-    feeds: dict[str, np.ndarray] = {}
-    for spec in specs:
-        if spec.name in cache:
-            feeds[spec.name] = np.zeros((batch, heads, past, size), dtype=spec.dtype)
-        elif spec.name == "input_ids":
-            feeds[spec.name] = np.full((batch, 1), 42, dtype=spec.dtype)
-        elif spec.name == "attention_mask":
-            feeds[spec.name] = np.ones((batch, past + 1), dtype=spec.dtype)
-        elif spec.name == "position_ids":
-            feeds[spec.name] = np.full((batch, 1), past, dtype=spec.dtype)
-        else:
-            raise UsageError(f"{path}: input {spec.name!r} is not one a decoder's step takes "
-                             "(input_ids, attention_mask, position_ids, past_key_values.*)")
+    layout = decoder_layout(model)
+    if layout is None:
+        raise UsageError(f"{model}: not a decoder with a KV cache (input_ids, attention_mask, past_key_values.*)")
+    dtype = np.float32 if layout.past_dtype == "bfloat16" else np.dtype(layout.past_dtype)
+    feeds: dict[str, np.ndarray] = {name: np.zeros((batch, layout.kv_heads, past, layout.head_dim), dtype=dtype)
+                                    for name in layout.past_names}
+    feeds["input_ids"] = np.full((batch, 1), 1, dtype=np.int64)
+    feeds["attention_mask"] = np.ones((batch, past + 1), dtype=np.int64)
+    if layout.has_position_ids:
+        feeds["position_ids"] = np.full((batch, 1), past, dtype=np.int64)
     return feeds
 
 
@@ -202,3 +179,63 @@ def publish_decoder_files(export_dir: Path, staged: Path, model: Path) -> list[s
 def report_settings(models: Mapping[str, Any]) -> dict[str, Any]:
     """What the report needs to draw tokens/s instead of p50 ms."""
     return {"decoder": True, "timed_past": TIMED_PAST, **dict(models)}
+
+
+# -- the data and the reference -------------------------------------------------------------------------------
+
+#: windows sampled from the fp32 model when no --data is given, and their length in tokens
+SAMPLED_WINDOWS = 24
+SAMPLED_LENGTH = 64
+#: their seed: the text is the same on every run, so a cached re-run judges the same tokens
+SAMPLED_SEED = 0
+
+
+def with_empty_cache(dataset: Any, model: Path) -> Any:
+    """``dataset``'s token windows with the inputs a cached decoder also takes for a whole window: position ids
+    from the mask (pads count no position) and an empty cache (past length 0)."""
+    import numpy as np
+
+    from ..data import Dataset
+    from ..decoding import decoder_layout
+
+    if dataset is None:
+        return None
+    layout = decoder_layout(model)
+    if layout is None:
+        raise UsageError(f"{model}: the export has no KV cache inputs (past_key_values.*)")
+    arrays = {k: v for k, v in dataset.arrays.items() if k in {"input_ids", "attention_mask"}}
+    ids = arrays["input_ids"]
+    mask = arrays.get("attention_mask")
+    if mask is None:
+        mask = arrays["attention_mask"] = np.ones_like(ids)
+    if layout.has_position_ids:
+        arrays["position_ids"] = np.clip(np.cumsum(mask, axis=1) - 1, 0, None).astype(np.int64)
+    dtype = np.float32 if layout.past_dtype == "bfloat16" else np.dtype(layout.past_dtype)
+    for name in layout.past_names:
+        arrays[name] = np.zeros((len(ids), layout.kv_heads, 0, layout.head_dim), dtype=dtype)
+    found = Dataset(arrays, dataset.labels, dataset.source)
+    return found
+
+
+def sampled_windows(model: Any, bos: int | None, vocab: int) -> tuple[Any, str]:
+    """Text the fp32 source writes itself, sampled at temperature 1 from a fixed seed (no --data given): held-out
+    windows on the model's own distribution, and what they are, in words."""
+    import numpy as np
+    import torch
+
+    from ..data import Dataset
+
+    module = getattr(model, "module", model)
+    generator = torch.Generator().manual_seed(SAMPLED_SEED)
+    start = bos if bos is not None else int(torch.randint(vocab, (1,), generator=generator))
+    ids = torch.full((SAMPLED_WINDOWS, 1), start, dtype=torch.long)
+    torch.manual_seed(SAMPLED_SEED)
+    with torch.no_grad():
+        for _ in range(SAMPLED_LENGTH - 1):    # a plain loop: generate() would stop rows at EOS
+            logits = module(input_ids=ids).logits[:, -1, :].double()
+            step = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+            ids = torch.cat([ids, step], dim=1)
+    windows = ids.numpy().astype(np.int64)
+    what = (f"{SAMPLED_WINDOWS} windows of {SAMPLED_LENGTH} tokens sampled from the fp32 model itself "
+            f"(seed {SAMPLED_SEED}; pass --data corpus.txt for real text)")
+    return Dataset({"input_ids": windows, "attention_mask": np.ones_like(windows)}, None, what), what
