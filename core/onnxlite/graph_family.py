@@ -109,12 +109,26 @@ def _is_transformer(model: onnx.ModelProto, ops: Mapping[str, int]) -> bool:
     return activation_matmuls >= 2 and has_norm
 
 
+#: input-name prefixes of a key/value cache, as optimum, onnxruntime-genai and torch exports spell them
+PAST_PREFIXES = ("past_key_values", "past.", "past_")
+
+
+def is_decoder(model: Any) -> bool:
+    """A causal decoder with a key/value cache: a ``past_key_values.*`` (or ``past.*``) input, or grouped-query
+    attention (onnxruntime-genai's fused decoder attention)."""
+    model = as_model(model)
+    if any(i.name.startswith(PAST_PREFIXES) for i in model.graph.input):
+        return True
+    return any(n.op_type == "GroupQueryAttention" for n in model.graph.node)
+
+
 def model_family(model: Any) -> set[str]:
-    """The graph families a model belongs to: any of ``"transformer"``, ``"conv"``, ``"matmul"``.
+    """The graph families a model belongs to: any of ``"transformer"``, ``"decoder"``, ``"conv"``, ``"matmul"``.
 
     ``"transformer"``: attention (fused, or Softmax between weightless MatMuls next to
-    layer norms).  ``"conv"``: convolutions hold most of the weights.  ``"matmul"``:
-    MatMul/Gemm hold weights.  An empty set means none of these fit (no weighted ops).
+    layer norms).  ``"decoder"``: a causal decoder with a cache (:func:`is_decoder`); its
+    strategies take their ``family_grids["decoder"]``.  ``"conv"``: convolutions hold most of the weights.
+    ``"matmul"``: MatMul/Gemm hold weights.  An empty set means none of these fit (no weighted ops).
     """
     model = as_model(model)
     from .modelio import op_counts
@@ -124,6 +138,8 @@ def model_family(model: Any) -> set[str]:
     family: set[str] = set()
     if _is_transformer(model, ops):
         family.add("transformer")
+    if is_decoder(model):
+        family.update(("decoder", "transformer"))
     if share.conv_heavy:
         family.add("conv")
     if share.matmul > 0:

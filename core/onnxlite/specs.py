@@ -210,6 +210,9 @@ class QuantizerSpec(Spec):
     ``saturation_free(options)``: whether the strategy's integer math with these option values (defaults
     filled in) cannot saturate; when the target CPU's int8 answers differ from this machine's, a search
     tries only the candidates for which it says True.  None: the strategy runs no int8 kernels.
+    ``family_grids``: graph family -> option sets tried *instead of* ``grid`` on a model of that family
+    (:func:`onnxlite.graph_family.model_family`; ``weightonly`` gives decoders the 4-bit grid the LLM tools
+    use, not the 8-bit encoder one).  The first family listed that the model belongs to wins.
     ``needs_source``: source frameworks whose loaded model the strategy needs (``QuantizeContext.source_model``;
     ``qat`` trains a PyTorch module).  A search runs such a strategy only as its last resort, when the source is
     of one of these frameworks (:mod:`onnxlite.search.last_resort`).
@@ -237,6 +240,14 @@ class QuantizerSpec(Spec):
     exclude_option: str | None = None
     per_node: PerNodeSchemes | None = None
     needs_source: tuple[str, ...] = ()
+    family_grids: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+
+    def grid_for(self, family: set[str] | frozenset[str]) -> tuple[Mapping[str, Any], ...]:
+        """The option sets to try on a model of ``family``: its family grid when it declares one, else ``grid``."""
+        for name, grid in self.family_grids.items():
+            if name in family:
+                return tuple(grid)
+        return tuple(self.grid or ({},))
 
     def __post_init__(self) -> None:
         for field_name, name in (("exclude_option", self.exclude_option),

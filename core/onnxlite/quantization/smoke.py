@@ -65,6 +65,12 @@ def smoke_check(source: Path, produced: Path, spec: QuantizerSpec, warn: Callabl
     generated = samples is None
     proto = source_proto or load_model(source, load_external_data=False)
     feeds = sample_feeds(proto) if samples is None else samples
+    from ..graph_family import is_decoder
+
+    if is_decoder(proto):   # a prompt's first pass: positions from the mask, the cache empty
+        from ..decoder_inputs import with_empty_past
+
+        feeds = with_empty_past(proto, [feeds])[0]
     try:
         session = ort.InferenceSession(str(produced), options, providers=["CPUExecutionProvider"])
     except Exception as exc:

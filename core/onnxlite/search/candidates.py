@@ -127,8 +127,8 @@ def int8_portable(spec: Any, options: Mapping[str, Any]) -> bool:
     return saturation_free(spec, options)
 
 
-def isa_grid(spec: QuantizerSpec, here: Hardware | None,
-             target: Hardware | None = None) -> tuple[tuple[Mapping[str, Any], ...], str | None]:
+def isa_grid(spec: QuantizerSpec, here: Hardware | None, target: Hardware | None = None,
+             family: set[str] | None = None) -> tuple[tuple[Mapping[str, Any], ...], str | None]:
     """The option sets to try on this ISA (and ``target``'s), and why some were left out (None: none were).
 
     Where int8 kernels can saturate, here or on the target, the saturation-free ``isa_grid`` is added;
@@ -137,7 +137,7 @@ def isa_grid(spec: QuantizerSpec, here: Hardware | None,
     """
     from ..hardware import answers_differ
 
-    grid = tuple(spec.grid or ({},))
+    grid = spec.grid_for(family or set())   # a decoder takes the strategy's decoder grid (family_grids)
     if here is None:
         return grid, None
     if here.int8_saturates or (target is not None and target.int8_saturates):
@@ -217,7 +217,8 @@ def build_candidates(model: Any, *, strategies: Sequence[str] | None = None, has
             skipped.append(Skipped(spec.name, reason))
             continue
         seen = set()
-        grid, left_out = isa_grid(spec, isa.here, isa.target) if isa is not None else (tuple(spec.grid or ({},)), None)
+        grid, left_out = (isa_grid(spec, isa.here, isa.target, family) if isa is not None
+                          else (spec.grid_for(family), None))
         if left_out:
             skipped.append(Skipped(f"{spec.name} (saturating variants)", left_out))
         for options in grid:

@@ -42,10 +42,13 @@ from typing import Any
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
 from .common import CalibrationReader, expand_node_patterns
+from .decoder import is_decoder, with_empty_past
+from .weightonly_plan import DECODER_GRID, GPTQ_DECODER_GRID, plan_bits, share_tied, with_plan
 
 LOGGER = "onnxruntime.quantization.matmul_nbits_quantizer"
 NC_LOGGER = "onnxruntime.quantization.neural_compressor.weight_only"
 GATHER_CHOICES = ("float", "int8", "int4")
+LM_HEAD_CHOICES = ("same", "float", "int8", "int4")
 
 
 def _weight_shapes(model) -> dict[str, list[int]]:
@@ -130,7 +133,9 @@ def _settings(options: Mapping[str, Any], algorithm: str, bits: int) -> dict[str
                          "'onnxlite[torch]'")
     return {"bits": bits, "block_size": int(options["block_size"]), "accuracy_level": level,
             "symmetric": bool(options["symmetric"]), "gather": options.get("gather", "float"),
-            "gather_block_size": int(options.get("gather_block_size", 32))}
+            "gather_block_size": int(options.get("gather_block_size", 32)),
+            "lm_head": options.get("lm_head", "same"), "keep8": tuple(options.get("keep8", ())),
+            "sensitive8": int(options.get("sensitive8", 0))}
 
 
 def _algo_config(algorithm: str, s: dict[str, Any], eligible: list[str], calibration: list[dict] | None):
@@ -204,14 +209,14 @@ class WeightOnlyQuantizer:
         gathers = [n for n in tables if n not in exclude]
         if not matmuls and not gathers:
             raise UsageError(f"{model}: nothing for {self.name} to quantize: {why_nothing(found)}")
+        proto = load_external_data(proto, model)
+        plan = plan_bits(proto, model, s, algorithm, matmuls)
         calibration = self._calibration(proto, options, context) if algorithm == "gptq" else None
 
         if gathers and s["gather"] == "int8":
             # the host always gives a scratch folder
             work = Path(context.workdir) if context.workdir else output.parent
             proto = _gather_int8(model, proto, work, [n for n in exclude if n in tables], external)
-        else:
-            proto = load_external_data(proto, model)
         if gathers and s["gather"] == "int4":
             from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig
 
@@ -219,16 +224,24 @@ class WeightOnlyQuantizer:
             proto = _run_nbits(proto, DefaultWeightOnlyQuantConfig(
                 block_size=table["block_size"], is_symmetric=s["symmetric"], bits=4, op_types_to_quantize=("Gather",)),
                 table, [n for n in exclude if n in tables])
-        if matmuls:
-            proto = _run_nbits(proto, _algo_config(algorithm, s, matmuls, calibration), s,
-                               [n for n in exclude if n in found["eligible"]])
+        for bits in (s["bits"], 12 - s["bits"]):
+            chosen = [n for n in matmuls if plan.get(n) == bits]
+            if chosen:
+                how = algorithm if bits == 4 or algorithm in ("rtn", "kquant") else "rtn"   # hqq, gptq: 4 bits
+                step = dict(s, bits=bits)
+                proto = _run_nbits(proto, _algo_config(how, step, chosen, calibration), step,
+                                   [n for n in found["eligible"] if n not in chosen])
+        shared = share_tied(proto, s, plan)
         if algorithm == "hqq":
             s["accuracy_level"] = 0   # onnxruntime's HQQ writes none: its float zero points run in float
         from onnxruntime.quantization.onnx_model import ONNXModel
 
         ONNXModel(proto).save_model_to_file(str(output), external)
-        return self._outcome(proto, quantized_ops(proto), found, s, algorithm, exclude, matmuls, gathers,
-                             calibration, int(options["accuracy_level"]))
+        kept = [n for n in matmuls if plan.get(n) is None]
+        outcome = self._outcome(proto, quantized_ops(proto), found, s, algorithm, exclude + kept,
+                                [n for n in matmuls if n not in kept], gathers,
+                                calibration, int(options["accuracy_level"]))
+        return with_plan(outcome, s, plan, shared)
 
     def _calibration(self, proto, options: Mapping[str, Any], context) -> list[dict]:
         from itertools import islice
@@ -237,8 +250,12 @@ class WeightOnlyQuantizer:
             raise UsageError(f"--strategy {self.name} needs calibration data: --calibration PATH")
         limit = max(0, int(options["calibration_samples"]))
         names = [i.name for i in proto.graph.input]
+        decoder = is_decoder(proto)
         # A list, not the Dataset: GPTQ deep-copies its reader and reads it once per pass.
-        feeds = list(islice(CalibrationReader(context.calibration, 1, limit, names=names), limit or None))
+        feeds = list(islice(CalibrationReader(context.calibration, 1, limit, names=None if decoder else names),
+                            limit or None))
+        if decoder:    # token windows: the cache starts empty, as in a prompt's first pass
+            feeds = with_empty_past(proto, feeds)
         if not feeds:
             raise UsageError(f"{self.name}: the calibration data has no samples")
         return feeds
@@ -304,6 +321,12 @@ def _options(bits: int | None, block: int, symmetric: bool, level: int,
         Option("gather", str, "float", "Embedding tables (Gather of a constant): float, int8 (quantize_dynamic) "
                                        "or int4 (GatherBlockQuantized).", choices=GATHER_CHOICES),
         Option("gather_block_size", int, 32, "Values per block of an int4 embedding table."),
+        Option("lm_head", str, "same", "The LM head (the MatMul writing the logits): same (as the others), float, "
+                                       "int8 or int4 (MatMulNBits).", choices=LM_HEAD_CHOICES),
+        Option("keep8", str, (), "With bits=4: MatMul names or glob patterns quantized at 8 bits instead.",
+               multiple=True),
+        Option("sensitive8", int, 0, "With bits=4: this many MatMuls with the largest 4-bit weight error go to "
+                                     "8 bits (mixed precision per layer)."),
         Option("exclude", str, (), "MatMul (or, with gather, Gather) node names or glob patterns to keep in float.",
                multiple=True),
     ]
@@ -327,6 +350,7 @@ def register_quantizers():
             # 8 bits is where a small encoder keeps its answers; 4 bits (the int4 preset's grid) is for big
             # decoders.  The last entry is the lightest scheme: 4-bit MatMuls and 4-bit tables.
             grid=({}, {"gather": "int8"}, {"gather": "int4"}, {"bits": 4, "block_size": 32, "gather": "int4"}),
+            family_grids={"decoder": DECODER_GRID},
             **common,
         ),
         QuantizerSpec(
@@ -338,6 +362,7 @@ def register_quantizers():
             needs_calibration=True,
             options=_options(4, 32, False, 4, ("gptq",)),
             grid=({},),
+            family_grids={"decoder": GPTQ_DECODER_GRID},
             **(common | {"skip_reason": gptq_skip_reason}),
         ),
         QuantizerSpec(

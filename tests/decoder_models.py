@@ -1,0 +1,95 @@
+"""Tiny decoder LLMs for the quantization tests: a random LlamaForCausalLM (grouped-query attention) saved with
+save_pretrained and exported by onnxruntime-genai's model builder at fp32, so the graph has what real exports
+have (GroupQueryAttention with a packed QKV MatMul, rotary caches, tied or separate embeddings, an LM head).
+
+Run through onnxruntime with an empty cache: the prefill pass of a decode loop.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+VOCAB = 256
+HIDDEN, INNER, LAYERS, HEADS, KV_HEADS = 128, 256, 2, 4, 2
+
+
+def save_tiny_llama(folder: Path, tie: bool, seed: int = 0, outliers: bool = False) -> Path:
+    """A random 2-layer LLaMA (GQA 4/2 heads, vocabulary 256) and a byte-level tokenizer, saved to ``folder``.
+
+    ``outliers``: a few input channels of every projection scaled up (what trained LLMs show), which is where
+    4-bit blocks lose most and mixed precision has something to keep.
+    """
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INNER, num_hidden_layers=LAYERS,
+                         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=128,
+                         tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("proj.weight"):
+                param.mul_(4.0)   # logits that move when weights do (the default init gives near-uniform ones)
+                if outliers and "layers.1" in name:
+                    gen = torch.Generator().manual_seed(len(name))
+                    cols = torch.randperm(param.shape[1], generator=gen)[:2]
+                    param[:, cols] *= 12.0
+    model.save_pretrained(folder)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=alphabet[1],
+                            eos_token=alphabet[2]).save_pretrained(folder)
+    return folder
+
+
+def build_fp32(hf_folder: Path, out: Path) -> Path:
+    """onnxruntime-genai's builder at fp32 on the CPU: ``out/model.onnx`` (weights in ``model.onnx.data``)."""
+    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_folder), "-o", str(out),
+                    "-p", "fp32", "-e", "cpu"], check=True, capture_output=True)
+    return out / "model.onnx"
+
+
+def tiny_decoder(root: Path, tie: bool, outliers: bool = False) -> Path:
+    hf = save_tiny_llama(root / ("hf-tied" if tie else "hf"), tie, outliers=outliers)
+    return build_fp32(hf, root / ("onnx-tied" if tie else "onnx"))
+
+
+def token_windows(batch: int = 2, seq: int = 12, seed: int = 1) -> dict[str, np.ndarray]:
+    """Token ids and a mask, the second row left-padded by 3 (batch 2 as a decode loop pads a prompt)."""
+    ids = np.random.default_rng(seed).integers(3, VOCAB, size=(batch, seq)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1:, :3] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def prefill_logits(path: Path, feed: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Logits of one prefill pass (empty cache) through onnxruntime on the CPU."""
+    import onnx
+    import onnxruntime as ort
+
+    from onnxlite.decoder_inputs import with_empty_past
+
+    feed = feed or token_windows()
+    proto = onnx.load(str(path), load_external_data=False)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    full = with_empty_past(proto, [feed])[0]
+    return session.run(["logits"], full)[0]
+
+
+def mean_kl(ref: np.ndarray, got: np.ndarray, mask: np.ndarray) -> float:
+    """Mean KL(ref || got) of the next-token distributions over the unpadded positions."""
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    p, q = log_softmax(ref.astype(np.float64)), log_softmax(got.astype(np.float64))
+    kl = (np.exp(p) * (p - q)).sum(-1)
+    return float(kl[mask.astype(bool)].mean())
