@@ -119,6 +119,7 @@ def decode_step_feeds(model: str | os.PathLike[str], past: int = TIMED_PAST, bat
     from ..decoding import decoder_layout
 
     layout = decoder_layout(model)
+    past = max(1, min(past, context_length(Path(model)) - 1))   # a short-context model times a shorter cache
     if layout is None:
         raise UsageError(f"{model}: not a decoder with a KV cache (input_ids, attention_mask, past_key_values.*)")
     dtype = np.float32 if layout.past_dtype == "bfloat16" else np.dtype(layout.past_dtype)
@@ -129,6 +130,22 @@ def decode_step_feeds(model: str | os.PathLike[str], past: int = TIMED_PAST, bat
     if layout.has_position_ids:
         feeds["position_ids"] = np.full((batch, 1), past, dtype=np.int64)
     return feeds
+
+
+def context_length(model: Path) -> int:
+    """The most tokens the model takes (prompt and cache): its genai_config.json's, else its config.json's."""
+    folder = model if model.is_dir() else model.parent
+    for name, keys in (("genai_config.json", ("context_length",)),
+                       ("config.json", ("max_position_embeddings", "n_positions"))):
+        try:
+            doc = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        doc = doc.get("model", doc) if name == "genai_config.json" else doc
+        for key in keys:
+            if isinstance(doc.get(key), int) and doc[key] > 1:
+                return int(doc[key])
+    return TIMED_PAST + 1
 
 
 def tokens_per_second(p50_ms: float | None, batch: int = 1) -> float | None:
@@ -183,6 +200,8 @@ def report_settings(models: Mapping[str, Any]) -> dict[str, Any]:
 
 # -- the data and the reference -------------------------------------------------------------------------------
 
+#: held-out windows an ONNX source is checked on when it is copied in as the fp32 model
+EXPORT_WINDOWS = 2
 #: windows sampled from the fp32 model when no --data is given, and their length in tokens
 SAMPLED_WINDOWS = 24
 SAMPLED_LENGTH = 64
@@ -191,30 +210,17 @@ SAMPLED_SEED = 0
 
 
 def with_empty_cache(dataset: Any, model: Path) -> Any:
-    """``dataset``'s token windows with the inputs a cached decoder also takes for a whole window: position ids
-    from the mask (pads count no position) and an empty cache (past length 0)."""
-    import numpy as np
-
+    """``dataset``'s token windows with what a cached decoder also takes for a whole window (positions from the
+    mask, an empty cache: :func:`onnxlite.decoder_inputs.with_empty_past`), as one in-memory dataset."""
     from ..data import Dataset
-    from ..decoding import decoder_layout
+    from ..decoder_inputs import with_empty_past
+    from ..modelio import read_header
 
     if dataset is None:
         return None
-    layout = decoder_layout(model)
-    if layout is None:
-        raise UsageError(f"{model}: the export has no KV cache inputs (past_key_values.*)")
-    arrays = {k: v for k, v in dataset.arrays.items() if k in {"input_ids", "attention_mask"}}
-    ids = arrays["input_ids"]
-    mask = arrays.get("attention_mask")
-    if mask is None:
-        mask = arrays["attention_mask"] = np.ones_like(ids)
-    if layout.has_position_ids:
-        arrays["position_ids"] = np.clip(np.cumsum(mask, axis=1) - 1, 0, None).astype(np.int64)
-    dtype = np.float32 if layout.past_dtype == "bfloat16" else np.dtype(layout.past_dtype)
-    for name in layout.past_names:
-        arrays[name] = np.zeros((len(ids), layout.kv_heads, 0, layout.head_dim), dtype=dtype)
-    found = Dataset(arrays, dataset.labels, dataset.source)
-    return found
+    windows = {k: v for k, v in dataset.arrays.items() if k in {"input_ids", "attention_mask", "position_ids"}}
+    [arrays] = with_empty_past(read_header(model), [windows])
+    return Dataset(arrays, dataset.labels, dataset.source)
 
 
 def sampled_windows(model: Any, bos: int | None, vocab: int) -> tuple[Any, str]:
@@ -239,3 +245,114 @@ def sampled_windows(model: Any, bos: int | None, vocab: int) -> tuple[Any, str]:
     what = (f"{SAMPLED_WINDOWS} windows of {SAMPLED_LENGTH} tokens sampled from the fp32 model itself "
             f"(seed {SAMPLED_SEED}; pass --data corpus.txt for real text)")
     return Dataset({"input_ids": windows, "attention_mask": np.ones_like(windows)}, None, what), what
+
+
+def decoder_reference(env: Any, inputs: Any) -> Any:
+    """:func:`onnxlite.search.setup.export_reference` for a decoder: export the folder (verified against PyTorch
+    through the cache by the export itself), then judge on the **fp32 ONNX export's** logits on the held-out
+    windows fed whole with an empty cache, and time one decode step at batch 1 (:func:`decode_step_feeds`)."""
+    from ..conversion.export import export
+    from ..decoding import model_file
+    from ..evaluation.judge import Judge
+    from ..figures import figures_of
+    from .confidence import configure_judge
+    from .results import CandidateRow
+    from .setup import Reference
+    from .tasks import save_judge
+
+    config = env.config
+    env.emit("stage", {"message": "exporting with the KV cache and verifying against the source"})
+    folder = env.work / "fp32"
+    onnx_source = inputs.framework == "onnx"
+    if onnx_source:   # an exported decoder: its folder's tokenizer and genai files come along
+        folder.mkdir()
+        given = Path(env.source)
+        publish_decoder_files(given if given.is_dir() else given.parent, folder, folder / "model.onnx")
+    # an ONNX source runs on the first held-out windows (generated ones cannot fill a symbolic head size)
+    samples = with_empty_cache(inputs.data.held_out, model_file(env.source)).take(EXPORT_WINDOWS) \
+        if onnx_source else None
+    exported = export(env.source, folder / "model.onnx" if onnx_source else folder, opset=config.opset,
+                      exporter=config.exporter, loaded=inputs.loaded, settings=env.settings, samples=samples,
+                      on_step=lambda msg: env.emit("step", {"message": msg}))
+    fp32 = model_file(exported.path)
+    held_out = with_empty_cache(inputs.data.held_out, fp32)
+    if inputs.calibration_file is not None:
+        # the same file, completed with the export's empty cache: the smoke check of every candidate runs it
+        from .heldout import write_calibration
+
+        write_calibration(with_empty_cache(inputs.data.calibration, fp32), inputs.calibration_file)
+    env.emit("stage", {"message": f"running the fp32 export on {len(held_out)} held-out windows"})
+    run = Judge.run_reference(str(fp32), held_out, framework="onnx", settings=env.settings)
+    run.outputs = {"logits": run.outputs["logits"]}   # the cache it wrote is no answer: logits are
+    run.name = env.source
+    judge = Judge.from_run(run, fp32, metrics=config.metrics, max_drop=config.max_drop, settings=env.settings)
+    batch = config.batch or 1
+    judge.timing_feeds = decode_step_feeds(fp32, batch=batch)
+    judge.batch_cap = batch
+    setup = configure_judge(judge, config.confidence)
+    for line in setup.messages:
+        env.emit("note", {"message": line})
+    judge_dir = save_judge(judge, env.work / "judge")
+    verdict = judge.evaluate(fp32, "fp32")
+    baseline = CandidateRow(name="fp32", strategy="none", options={}, status="reference", path=str(fp32),
+                            reason="the exported model, unquantized",
+                            **figures_of(verdict, "size_bytes", "metrics", "drops"))
+    notes = (f"judged against the fp32 ONNX export (checked against PyTorch through the cache) on "
+             f"{inputs.data.description}",)
+    return Reference(exported, fp32, judge, setup, judge_dir, baseline, notes)
+
+
+def window_specs() -> list[Any]:
+    """What a corpus is read as for a decoder: token windows (the cache inputs are the export's, added later)."""
+    from ..inputs import InputSpec
+
+    return [InputSpec("input_ids", "int64", ("batch", "sequence")).with_role(),
+            InputSpec("attention_mask", "int64", ("batch", "sequence")).with_role()]
+
+
+def load_decoder_inputs(env: Any) -> Any:
+    """:func:`onnxlite.search.setup.load_inputs` for a decoder: the source loaded once, the corpus read as token
+    windows and split by document (40% calibrates, the rest judges), or, with no data, windows sampled from the
+    fp32 model itself (:func:`sampled_windows`), which judge only (nothing calibrates on them)."""
+    from ..conversion.export import load_for_export
+    from .heldout import DataSets, hf_tokenizer_default, split_data, write_calibration
+    from .setup import Inputs
+
+    config = env.config
+    env.emit("step", {"message": f"Loading {env.source}"})
+    loaded = load_for_export(env.source, config.framework, inputs=config.inputs, model_class=config.model_class,
+                             settings=env.settings, framework_options=config.framework_options)
+    specs = window_specs()
+    if config.data is None and config.calibration is None:
+        model = getattr(loaded, "model", None)
+        if model is None or not hasattr(getattr(model, "module", model), "forward"):
+            raise UsageError(f"{env.source}: pass --data corpus.txt (text to judge on): only a PyTorch source can "
+                             "write its own held-out text")
+        bos, vocab = _special_ids(env.source)
+        held, what = sampled_windows(model, bos, vocab)
+        env.emit("note", {"message": f"no --data: judged on {what}"})
+        data = DataSets(None, held, f"judged on {what}; no calibration data")
+        return Inputs(loaded, loaded.framework, loaded.input_specs, data)
+    data_options = hf_tokenizer_default(env.source, config.data_options)
+    calibration_options = hf_tokenizer_default(env.source, config.calibration_options)
+    data = split_data(config.data, config.calibration, specs, data_options, calibration_options, config.split)
+    calibration_file = write_calibration(data.calibration, env.work / "calibration.npz") \
+        if data.calibration is not None else None
+    return Inputs(loaded, loaded.framework, loaded.input_specs, data, calibration_file)
+
+
+def _special_ids(source: str) -> tuple[int | None, int]:
+    """The beginning-of-text id and the vocabulary size, from the source folder's config."""
+    config = causal_lm_config(Path(source)) or {}
+    bos = config.get("bos_token_id")
+    return (int(bos) if isinstance(bos, int) else None), int(config.get("vocab_size") or 2)
+
+
+def finish_result(result: Any) -> None:
+    """The decoder's words on a finished search: tokens/s in the verdict, and the report's speed axis."""
+    result.settings.update(report_settings({}))
+    winner = result.winner
+    note = speed_note(result.baseline.p50 if result.baseline.latency_ms else None,
+                      winner.p50 if winner is not None and winner.latency_ms else None)
+    if note:
+        result.message += f"; {note}"
