@@ -17,11 +17,12 @@ VOCAB = 256
 HIDDEN, INNER, LAYERS, HEADS, KV_HEADS = 128, 256, 2, 4, 2
 
 
-def save_tiny_llama(folder: Path, tie: bool, seed: int = 0, outliers: bool = False) -> Path:
+def save_tiny_llama(folder: Path, tie: bool, seed: int = 0, outliers: bool = False, prepare=None) -> Path:
     """A random 2-layer LLaMA (GQA 4/2 heads, vocabulary 256) and a byte-level tokenizer, saved to ``folder``.
 
     ``outliers``: a few input channels of every projection scaled up (what trained LLMs show), which is where
-    4-bit blocks lose most and mixed precision has something to keep.
+    4-bit blocks lose most and mixed precision has something to keep.  ``prepare(model)`` may change the
+    weights before they are saved.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -40,6 +41,8 @@ def save_tiny_llama(folder: Path, tie: bool, seed: int = 0, outliers: bool = Fal
                     gen = torch.Generator().manual_seed(len(name))
                     cols = torch.randperm(param.shape[1], generator=gen)[:2]
                     param[:, cols] *= 12.0
+    if prepare is not None:
+        prepare(model)
     model.save_pretrained(folder)
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
@@ -93,3 +96,72 @@ def mean_kl(ref: np.ndarray, got: np.ndarray, mask: np.ndarray) -> float:
     p, q = log_softmax(ref.astype(np.float64)), log_softmax(got.astype(np.float64))
     kl = (np.exp(p) * (p - q)).sum(-1)
     return float(kl[mask.astype(bool)].mean())
+
+
+#: llama.cpp's names for a LLaMA's weights, and the block format each gets in the test files
+GGUF_NAMES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
+              "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
+
+
+def _gguf_kind(name: str) -> str:
+    if "embed_tokens" in name or "lm_head" in name:
+        return "Q8_0"
+    return "Q4_0" if "layers.0.self_attn" in name else "Q4_1"
+
+
+def gguf_decoder(root: Path, tie: bool) -> tuple[Path, Path]:
+    """A tiny LLaMA whose weights are the dequantized blocks of a GGUF file written beside it (Q4_0 for layer 0's
+    attention, Q4_1 for the rest, Q8_0 for the embedding and LM head), as a model loaded from a GGUF is; q and k
+    are stored with llama.cpp's rotary row permutation, so only values (not names or order) tie file and graph.
+    Returns the builder's fp32 ``model.onnx`` and the ``.gguf`` file."""
+    import gguf
+    import torch
+    from gguf.quants import dequantize, quantize
+
+    gguf_path = root / ("tiny-tied.gguf" if tie else "tiny.gguf")
+    writer = gguf.GGUFWriter(str(gguf_path), "llama")
+
+    def permute(rows: np.ndarray, heads: int) -> np.ndarray:
+        return rows.reshape(heads, 2, rows.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(rows.shape)
+
+    def prepare(model) -> None:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if param.ndim != 2 or (tie and "lm_head" in name):
+                    continue
+                kind = getattr(gguf.GGMLQuantizationType, _gguf_kind(name))
+                blocks = quantize(param.numpy().astype(np.float32), kind)
+                param.copy_(torch.from_numpy(dequantize(blocks, kind).reshape(param.shape)))
+                if "embed_tokens" in name:
+                    target = "token_embd.weight"
+                elif "lm_head" in name:
+                    target = "output.weight"
+                else:
+                    layer, proj = name.split(".")[2], name.split(".")[-2]
+                    target = f"blk.{layer}.{GGUF_NAMES[proj]}.weight"
+                    if proj in ("q_proj", "k_proj"):
+                        blocks = permute(blocks, HEADS if proj == "q_proj" else KV_HEADS)
+                writer.add_tensor(target, blocks, raw_dtype=kind)
+
+    hf = save_tiny_llama(root / ("hf-gguf-tied" if tie else "hf-gguf"), tie, prepare=prepare)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return build_fp32(hf, root / ("onnx-gguf-tied" if tie else "onnx-gguf")), gguf_path
+
+
+def gguf_with(path: Path, kind: str, shape: tuple[int, int] = (4, 256)) -> Path:
+    """A GGUF file holding one zero tensor ``blk.0.ffn_down.weight`` in block format ``kind`` (raw bytes)."""
+    import gguf
+
+    qtype = getattr(gguf.GGMLQuantizationType, kind)
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("blk.0.ffn_down.weight", np.zeros((shape[0], shape[1] // block * size), dtype=np.uint8),
+                      raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

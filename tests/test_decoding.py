@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from llm_models import greedy_reference, tiny_llama
 
 PROMPTS = [[5, 9, 17, 33, 41, 7, 8], [12, 40, 3]]

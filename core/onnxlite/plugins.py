@@ -39,6 +39,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "onnxlite_plugins.quantizers.smoothquant",
     "onnxlite_plugins.quantizers.fp16",
     "onnxlite_plugins.quantizers.weightonly",
+    "onnxlite_plugins.quantizers.gguf_carry",
     "onnxlite_plugins.quantizers.mixed",
     "onnxlite_plugins.quantizers.recover",
     "onnxlite_plugins.quantizers.qat",

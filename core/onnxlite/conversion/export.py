@@ -157,6 +157,21 @@ def _opset(model: Any) -> int:
     return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
+#: the note on a causal LM exported to one file
+LOGITS_ONLY = ("a causal LM exported to one file has logits only, no key/value cache (each new token recomputes "
+               "the prompt); -o FOLDER exports it with its cache, tokenizer and genai_config.json")
+
+
+def _may_be_causal(source: str, loaded: LoadedSource | None) -> bool:
+    """Whether a folder output may be a causal LM's (python references are only known once loaded)."""
+    from ..pyref import is_python_ref
+    from .causal import is_causal_source
+
+    if loaded is not None:
+        return getattr(loaded.model, "causal_lm", None) is not None
+    return is_causal_source(source) or is_python_ref(source)
+
+
 def _check_output(output: Path, source: str) -> None:
     if output.is_dir():
         raise UsageError(f"-o {output}: is a folder, expected a file path such as model.onnx")
@@ -226,6 +241,8 @@ class ExportOptions:
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
     verify: bool = True
+    #: greedy steps a causal LM's folder export is checked over through its cache
+    decode_steps: int = 32
 
 
 def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, opset: int | None = None,
@@ -233,6 +250,11 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
            on_step: Callable[[str], None] | None = None, loaded: LoadedSource | None = None,
            **given: Any) -> ExportResult:
     """Export ``source`` to ``output`` (an ``.onnx`` path) and verify it in onnxruntime.
+
+    A causal language model with ``output`` a folder goes to
+    :func:`onnxlite.conversion.causal.export_decoder` instead (``model.onnx``
+    with its key/value cache, the tokenizer and configs; a
+    :class:`~onnxlite.conversion.causal.DecoderExport` comes back).
 
     ``given`` are the fields of :class:`ExportOptions` as keywords:
 
@@ -260,6 +282,12 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
     step = on_step or (lambda _message: None)
     source = str(source)
     output = Path(output)
+    if output.suffix.lower() != ".onnx" and not output.is_file() and _may_be_causal(source, loaded):
+        from .causal import export_decoder
+
+        return export_decoder(source, output, exporter=exporter, opset=opset or DEFAULT_OPSET,  # type: ignore[return-value]
+                              verify=how.verify, settings=settings, on_step=on_step, loaded=loaded,
+                              framework=how.framework, steps=how.decode_steps)
     _check_output(output, source)
     if atol < 0 or rtol < 0:
         raise UsageError("--atol/--rtol: tolerances must not be negative")
@@ -325,5 +353,6 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
                         verification=verification, fallback=provenance.get("onnxlite.fallback"),
                         metadata=metadata,
                         notes=([provenance["onnxlite.cast"]] if provenance.get("onnxlite.cast") else [])
+                        + ([LOGITS_ONLY] if getattr(loaded.model, "causal_lm", None) is not None else [])
                         + ([f"dropped {unfused} shape annotations that would fuse residual Add + "
                             "LayerNormalization into onnxruntime's slower SkipLayerNormalization"] if unfused else []))

@@ -30,7 +30,7 @@ from onnxlite import FrameworkSpec, OnnxliteError, Option, UsageError, hookimpl
 
 EXPORTERS = ("torchscript", "dynamo")
 DEFAULT_EXPORTER = "torchscript"
-_SUFFIXES = {".pt", ".pth", ".pt2", ".ts", ".torchscript", ".jit"}
+_SUFFIXES = {".pt", ".pth", ".pt2", ".ts", ".torchscript", ".jit", ".gguf"}
 _HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                "pytorch_model.bin.index.json")
 
@@ -151,6 +151,8 @@ class TorchSource:
         self.program = program
         self.provenance = dict(provenance or {})
         self.versions = dict(versions or {})
+        #: a causal language model's cache export and reference (onnxlite_plugins.frameworks.causal_lm), or None
+        self.causal_lm: Any = None
 
     def input_specs(self):
         if self._specs is None:
@@ -439,17 +441,50 @@ def _load_transformers(path: Path, source: str) -> TorchSource:
         size = size if isinstance(size, int) else int(size[0])
         specs.append(InputSpec("pixel_values", "float32",
                                ("batch", int(getattr(config, "num_channels", 3)), size, size)))
+    return _transformers_source(model, source, specs, path)
+
+
+def _transformers_source(model: Any, source: str, specs: list[Any], folder: Path | None,
+                         tokenizer: Any = None, gguf: bool = False) -> TorchSource:
+    import transformers
+
+    from .causal_lm import CausalLM, is_causal_module
+
+    config = model.config
     summary = {key: getattr(config, key, None) for key in ("model_type", "num_attention_heads", "hidden_size",
                                                             "vocab_size")}
-    return TorchSource(model, source, "transformers model", specs or None,
-                       provenance={"onnxlite.transformers_config": json.dumps(summary)},
-                       versions={"transformers": transformers.__version__})
+    kind = "GGUF model" if gguf else "transformers model"
+    loaded = TorchSource(model, source, kind, specs or None,
+                         provenance={"onnxlite.transformers_config": json.dumps(summary)},
+                         versions={"transformers": transformers.__version__})
+    if is_causal_module(model):
+        loaded.causal_lm = CausalLM(model, source, folder=folder, tokenizer=tokenizer, gguf=gguf)
+    return loaded
+
+
+def _lm_specs(config: Any) -> list[Any]:
+    from onnxlite.inputs import InputSpec
+
+    vocab = int(config.vocab_size)
+    return [InputSpec("input_ids", "int64", ("batch", "seq"), (0, vocab), "ids"),
+            InputSpec("attention_mask", "int64", ("batch", "seq"), (0, 2), "mask")]
+
+
+def _load_gguf(path: Path, source: str) -> TorchSource:
+    from .causal_lm import load_gguf
+
+    model, tokenizer = load_gguf(path, source)
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+    return _transformers_source(model, source, _lm_specs(model.config), None, tokenizer=tokenizer, gguf=True)
 
 
 def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TorchSource:
     import torch
 
     model_class = options.get("model_class")
+    if path.suffix.lower() == ".gguf":
+        return _load_gguf(path, source)
     if path.suffix.lower() == ".pt2":
         try:
             program = torch.export.load(str(path))
@@ -499,6 +534,12 @@ class PyTorchExporter:
             if isinstance(built, torch.export.ExportedProgram):
                 return TorchSource(built.module(), source, "torch.export program", _program_specs(built),
                                    program=built)
+            from .causal_lm import is_causal_module
+
+            if is_causal_module(built):   # a transformers LM built in code: its tokenizer may be where it came from
+                named = Path(str(getattr(built.config, "_name_or_path", "") or ""))
+                return _transformers_source(built, source, _lm_specs(built.config),
+                                            named if str(named) not in ("", ".") and named.is_dir() else None)
             return TorchSource(built, source, "nn.Module")
         path = Path(source)
         if not path.exists():
