@@ -67,9 +67,9 @@ def is_decoder_source(source: str, framework: str = "auto") -> bool:
     path = Path(source)
     if framework not in {"auto", "pytorch", "huggingface", "gguf", "onnx"}:
         return False
-    if path.suffix == ".gguf" and path.is_file():
-        return True
-    if causal_lm_config(path) is not None:
+    from ..conversion.causal import is_causal_source
+
+    if is_causal_source(source):
         return True
     model = path / "model.onnx" if path.is_dir() else path
     if model.suffix == ".onnx" and model.is_file():
