@@ -46,6 +46,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "onnxlite_plugins.providers.onnxruntime_eps",
     "onnxlite_plugins.metrics.builtin",
     "onnxlite_plugins.metrics.sequence",
+    "onnxlite_plugins.metrics.decoder",
 )
 
 

@@ -292,12 +292,18 @@ class MetricSpec(Spec):
     measure a drop as the loss in that direction.  ``default``: used without
     ``--metric`` on every output it applies to (False: only when named).  The
     factory returns a :class:`~onnxlite.protocols.Metric`.
+    ``decoder``: it scores a decoder language model's records (``text`` and ``greedy``, see
+    :mod:`onnxlite.evaluation.decoder_records`) instead of a model output; such metrics judge decoders, and only
+    they do.  ``relative``: its drop is relative to the reference's score (perplexity: ``--max-drop
+    perplexity=5%`` allows 1.05 times the reference's).
     """
 
     kind: ClassVar[str] = "metric"
 
     higher_is_better: bool = True
     default: bool = True
+    decoder: bool = False
+    relative: bool = False
 
 
 SPEC_TYPES: dict[str, type[Spec]] = {

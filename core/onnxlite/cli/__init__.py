@@ -17,6 +17,7 @@ from ..errors import OnnxliteError
 from .bench import bench
 from .compare import compare
 from .export import export
+from .generate import generate
 from .lighten import lighten
 from .plugins import plugins
 from .quantize import quantize
@@ -57,7 +58,7 @@ def cli(ctx: click.Context, list_plugins: bool, as_json: bool, debug: bool) -> N
         click.echo(ctx.get_help())
 
 
-for command in (export, quantize, compare, bench, lighten, plugins):
+for command in (export, generate, quantize, compare, bench, lighten, plugins):
     cli.add_command(command)
 cli.add_command(sweep)
 

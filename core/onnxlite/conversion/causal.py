@@ -39,6 +39,14 @@ DEFAULT_STEPS = 32
 #: the prompts the check decodes (batched, so the shorter one is padded)
 CHECK_PROMPTS = ("The capital of France is", "Once upon a time, in a small house by the river, there lived")
 CHECK_FILE = "onnxlite_export.json"
+NO_TOKENIZER = ("{source}: a causal LM without a tokenizer (no tokenizer.json, tokenizer.model or vocab.json beside "
+                "it); save its tokenizer with the model (tokenizer.save_pretrained)")
+
+
+def _tokenizer_files(source: str) -> bool:
+    from ..decoding.text import has_tokenizer
+
+    return has_tokenizer(source)
 
 
 @dataclass(frozen=True)
@@ -234,6 +242,8 @@ def export_decoder(source: str | os.PathLike[str], output: str | os.PathLike[str
     check_output_folder(output, source)
     if steps < 1:
         raise UsageError(f"--steps {steps}: must be at least 1")
+    if loaded is None and Path(source).is_dir() and is_causal_source(source) and not _tokenizer_files(source):
+        raise UsageError(NO_TOKENIZER.format(source=source))
     if loaded is None:
         step(f"Loading {source}")
         loaded = load_for_export(source, framework)
@@ -242,8 +252,7 @@ def export_decoder(source: str | os.PathLike[str], output: str | os.PathLike[str
         raise UsageError(f"{source}: not a causal language model; a folder output is for those "
                          "(give -o FILE.onnx for any other model)")
     if not lm.has_tokenizer():
-        raise UsageError(f"{source}: a causal LM without a tokenizer (no tokenizer.json, tokenizer.model or "
-                         "vocab.json beside it); save its tokenizer with the model (tokenizer.save_pretrained)")
+        raise UsageError(NO_TOKENIZER.format(source=source))
     engines = lm.engines(exporter)
     lm.to_float32()
     errors: list[tuple[str, str]] = []

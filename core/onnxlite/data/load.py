@@ -52,6 +52,12 @@ DATA_OPTIONS: tuple[Option, ...] = (
     Option("max_length", int, 128, "text: truncate sentences to this many tokens"),
     Option("padding", str, "longest", "text: pad to the longest line of the file or to max_length",
            choices=("longest", "max_length")),
+    Option("window", int, None, "corpus for a decoder: tokens per window (default 512, at most the model's context)"),
+    Option("stride", int, None, "corpus for a decoder: context tokens each window starts with, not scored "
+           "(default: half the window)"),
+    Option("prompt_tokens", int, None, "corpus for a decoder: greedy prompts are each window's first N tokens "
+           "(default 32)"),
+    Option("new_tokens", int, None, "corpus for a decoder: tokens each greedy continuation generates (default 32)"),
 )
 
 

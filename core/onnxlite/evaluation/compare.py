@@ -164,6 +164,13 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
         raise UsageError("give at least one candidate ONNX model")
     if confidence is not None and not 0 < confidence < 1:
         raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {confidence}")
+    from .decoder_compare import compare_decoders, is_decoder_compare
+
+    paths = [str(c) for c in candidates]
+    if is_decoder_compare(reference, paths):
+        return compare_decoders(reference, paths, data, metrics, max_drop, settings or SessionSettings(),
+                                primary=primary, confidence=confidence, progress=progress,
+                                data_options=how.data_options, samples=how.samples)
     for c in candidates:
         # unreadable or invalid candidates (an unknown operator) stop us before any work, worded as quantize
         # and export word them; the header parse is shared with every later look at the file

@@ -145,7 +145,7 @@ def metric_interval(metric: ResolvedMetric, reference: np.ndarray, candidate: np
         if how is not None and _reducer(whole_ref, ref_values) != how and not np.allclose(ref_values, ref_values[0]):
             how = None
     sign = 1.0 if metric.higher_is_better else -1.0
-    binary = (ref_values is not None and cand_values is not None
+    binary = (metric.rate is not False and ref_values is not None and cand_values is not None
               and np.all(np.isin(cand_values, (0.0, 1.0))) and np.all(np.isin(ref_values, (0.0, 1.0))))
     if how == "mean" and binary:
         good = sign > 0
@@ -155,7 +155,7 @@ def metric_interval(metric: ResolvedMetric, reference: np.ndarray, candidate: np
     if how is not None and ref_values is not None and cand_values is not None:
         reduce: Any = {"mean": np.mean, "min": np.min, "max": np.max}[how]
         draws = resample_indices(n, resamples, seed)
-        values = sign * (reduce(ref_values[draws], axis=-1) - reduce(cand_values[draws], axis=-1))
+        values = np.asarray(drop(metric, reduce(ref_values[draws], axis=-1), reduce(cand_values[draws], axis=-1)))
         from ..stats import percentile_interval
 
         return percentile_interval(estimate, values, confidence, n)
@@ -173,6 +173,8 @@ def is_rate_metric(metric: ResolvedMetric, reference: np.ndarray, context: Any) 
     """Whether the metric's drop is a rate of samples (per-sample scores of 0 or 1), known before any candidate."""
     import numpy as np
 
+    if metric.rate is False:
+        return False
     values = per_sample_scores(metric, reference, reference, context)
     return values is not None and bool(np.all(np.isin(values, (0.0, 1.0))))
 

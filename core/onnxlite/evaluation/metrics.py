@@ -155,6 +155,10 @@ class ResolvedMetric:
     why: str = ""
     #: the budget its output's kind gives it by default (KIND_BUDGETS), applied when the run is budgeted
     default_budget: float | None = None
+    #: its drop is relative to the reference's score (MetricSpec.relative)
+    relative: bool = False
+    #: False: its per-sample values are means over many tokens, never a rate of samples, even when all are 0 or 1
+    rate: bool | None = None
 
     @property
     def key(self) -> str:
@@ -187,7 +191,7 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
 
     def add(output: str, entry: Any, why: str = "", budget: float | None = None) -> None:
         bound = ResolvedMetric(output, entry.name, entry.create(), entry.spec.higher_is_better, entry.spec.description,
-                               why, budget)
+                               why, budget, getattr(entry.spec, "relative", False))
         resolved.setdefault(bound.key, bound)
 
     def context(output: str) -> MetricContext:
@@ -196,7 +200,7 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
     if not requested:
         kinds = {o: output_kind(o, reference_outputs[o], context(o)) for o in outputs}
         for entry in registry.all("metric"):
-            if not entry.available:
+            if not entry.available or getattr(entry.spec, "decoder", False):
                 continue
             metric = None
             for output in outputs:
@@ -213,6 +217,9 @@ def resolve_metrics(reference_outputs: Mapping[str, np.ndarray], feeds: Mapping[
     for request in requested:
         forced, name = _split_request(request, outputs, registry.names("metric"))
         entry = registry.get("metric", name)
+        if getattr(entry.spec, "decoder", False):
+            raise UsageError(f"--metric {request}: judges decoder language models (a model with a key/value "
+                             "cache), and this model is not one")
         if forced is not None:
             add(forced, entry)
             continue
@@ -279,11 +286,13 @@ def compute(metric: ResolvedMetric, reference: np.ndarray, candidate: np.ndarray
                          f"{type(exc).__name__}: {exc}") from exc
 
 
-def drop(metric: ResolvedMetric, reference_score: float, candidate_score: float) -> float:
-    """How far the candidate falls from the reference's own score (positive = worse)."""
-    if metric.higher_is_better:
-        return reference_score - candidate_score
-    return candidate_score - reference_score
+def drop(metric: ResolvedMetric, reference_score: Any, candidate_score: Any) -> Any:
+    """How far the candidate falls from the reference's own score (positive = worse); a ``relative`` metric's
+    as a share of the reference's score.  Scores may be arrays (one drop per resample)."""
+    loss = reference_score - candidate_score if metric.higher_is_better else candidate_score - reference_score
+    if metric.relative:
+        return loss / abs(reference_score)
+    return loss
 
 
 def parse_budget(raw: Any, where: str = "--max-drop") -> float:
@@ -346,10 +355,28 @@ def parse_budgets(max_drop: Any, metrics: Sequence[ResolvedMetric], primary: str
         matched = [m.key for m in metrics if m.name == key]
         if not matched:
             known = ", ".join(sorted(keys))
-            raise UsageError(f"{where}: no metric {key!r} in this comparison (metrics: {known})")
+            raise UsageError(f"{where}: no metric {key!r} in this comparison{_kind_hint(key, metrics)} "
+                             f"(metrics: {known})")
         for k in matched:
             budgets[k] = budget
     for m in metrics:
         if m.default_budget is not None and m.key not in budgets:
             budgets[m.key] = m.default_budget
     return budgets
+
+
+def _kind_hint(name: str, metrics: Sequence[ResolvedMetric]) -> str:
+    """Why a registered metric is not in a comparison: it judges the other kind of model (decoder or not)."""
+    from ..registry import get_registry
+    from .decoder_records import GREEDY, NEXT_TOKEN
+
+    registry = get_registry()
+    if name not in registry.names("metric"):
+        return ""
+    wants_decoder = bool(getattr(registry.get("metric", name).spec, "decoder", False))
+    is_decoder = any(m.output in (NEXT_TOKEN, GREEDY) for m in metrics)
+    if wants_decoder and not is_decoder:
+        return ": it judges decoder language models, and this model is not one"
+    if is_decoder and not wants_decoder:
+        return ": it judges model outputs, and a decoder language model is judged on its corpus"
+    return ""

@@ -20,8 +20,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -266,16 +264,23 @@ def _float32_on_disk(folder: Path) -> bool:
 
 
 def run_builder(hf_folder: Path, out: Path, cache: Path) -> None:
-    """onnxruntime-genai's model builder at fp32 for the cpu provider, in its own process (it prints a lot and
-    keeps module state); its own first error line on failure."""
-    command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_folder), "-o", str(out),
-               "-p", "fp32", "-e", "cpu", "-c", str(cache)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode != 0 or not (out / "model.onnx").is_file():
-        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-        errors = [line for line in lines if "Error" in line or "error" in line]
-        raise OnnxliteError(f"onnxruntime-genai's builder failed: {(errors or lines or ['no output'])[-1][:240]}")
+    """onnxruntime-genai's model builder at fp32 for the cpu provider, through its Python API (its progress
+    output swallowed); its own error on failure."""
+    try:
+        from onnxruntime_genai.models import builder
+    except ImportError as exc:
+        raise OnnxliteError(f"onnxruntime-genai's builder is not importable ({exc}): pip install onnxruntime-genai") \
+            from None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        with _quiet():
+            options = builder.parse_extra_options(None, str(hf_folder), str(out), "fp32", "cpu", str(cache), [])
+            builder.create_model(None, str(hf_folder), str(out), "fp32", "cpu", str(cache), **options)
+    except Exception as exc:  # noqa: BLE001 - the builder raises bare Exceptions and NotImplementedError
+        raise OnnxliteError(f"onnxruntime-genai's builder failed ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:240]})") from None
+    if not (out / "model.onnx").is_file():
+        raise OnnxliteError("onnxruntime-genai's builder wrote no model.onnx")
 
 
 def cache_keyword(model: Any) -> str:
