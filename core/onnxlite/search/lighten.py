@@ -99,8 +99,11 @@ def _checked(config: LightenConfig, emit: Any, decoder: bool = False) -> tuple[L
         chosen = read_recipe(config.recipe)
         config = replay(chosen, config, emit)
     if decoder:
-        from .decoder import decoder_config
+        from .decoder import DEFAULT_BUDGET, decoder_config
 
+        if config.max_drop is None:
+            emit("note", {"message": f"no --max-drop: the budget is {DEFAULT_BUDGET} (perplexity at most 5% "
+                                     "above the fp32 export's)"})
         config = decoder_config(config)
     max_drop = DEFAULT_MAX_DROP if config.max_drop is None else config.max_drop
     check_budget_values(max_drop)
@@ -145,7 +148,7 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
         env = Env(source, work, settings, emit, runner, isa, runtime_compat.target_or_none(config.target_runtime),
                   config)
         if decoder:
-            from .decoder import decoder_reference, load_decoder_inputs
+            from .decoder_data import decoder_reference, load_decoder_inputs
 
             inputs = load_decoder_inputs(env)
             ref = decoder_reference(env, inputs)
@@ -155,6 +158,7 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
         cache_dir = Path(config.cache_dir) if config.cache_dir is not None else None
         trials = make_context(runner, emit, ref.fp32, inputs.calibration_file, settings.to_dict(), cache_dir,
                               config.cache and chosen is None, budget)
+        trials.prune = not decoder   # a decoder's judge scores windows, not a few samples of outputs
         search = _Search(env, inputs, ref, trials)
         if chosen is not None:
             search.candidates = [recipe_candidate(chosen, inputs.calibration_for)]
@@ -178,7 +182,7 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
         if decoder:
             from .decoder import finish_result
 
-            finish_result(result)
+            finish_result(result, ref.judge.first_feeds(1))
         account(trials, search.later, result, emit)
         result.seconds = round(time.perf_counter() - started, 1)
         publish(result, out, work, search.recipe(result), source, env.target, isa,
