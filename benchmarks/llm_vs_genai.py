@@ -53,7 +53,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-WINDOW, CONTEXT, WINDOWS = 512, 256, 12
+WINDOW, CONTEXT = 512, 256
 PROMPT, NEW_TOKENS, GREEDY_PROMPTS = 128, 48, 8
 TARGETS = {"smaller": 4.5, "decode": 2.5, "ppl": 1.05, "greedy": 24, "vs_int4_decode": 0.95, "vs_int4_size": 1.25,
            "job_s": 600, "rerun_s": 120}
@@ -196,13 +196,13 @@ def build(hf: Path, work: Path, args: argparse.Namespace) -> tuple[dict[str, Pat
 
 # -- quality: teacher-forced windows and greedy continuations --------------------------------------------------
 
-def windows(tokenizer: Any, articles: list[str]) -> list[list[int]]:
+def windows(tokenizer: Any, articles: list[str], count: int) -> list[list[int]]:
     ids: list[int] = []
     for text in articles:
         ids += tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]
-        if len(ids) >= CONTEXT * (WINDOWS + 1):
+        if len(ids) >= CONTEXT * (count + 1):
             break
-    return [ids[k * CONTEXT:k * CONTEXT + WINDOW] for k in range(WINDOWS)]
+    return [ids[k * CONTEXT:k * CONTEXT + WINDOW] for k in range(count)]
 
 
 def greedy_prompts(tokenizer: Any, articles: list[str]) -> list[list[int]]:
@@ -244,7 +244,8 @@ def log_softmax(logits: Any) -> Any:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def quality(hf: Path, models: dict[str, Path], articles: list[str], threads: int) -> dict[str, dict[str, float]]:
+def quality(hf: Path, models: dict[str, Path], articles: list[str], threads: int,
+            count: int) -> dict[str, dict[str, float]]:
     """Perplexity, KL from PyTorch and top-1 agreement of each model, window by window (interleaved)."""
     import numpy as np
     import onnxruntime as ort
@@ -261,8 +262,8 @@ def quality(hf: Path, models: dict[str, Path], articles: list[str], threads: int
                 for name, folder in models.items()}
     sums = {name: {"nll": 0.0, "kl": 0.0, "top1": 0.0} for name in ["PyTorch fp32", *sessions]}
     scored = 0
-    for index, ids in enumerate(windows(tokenizer, articles)):
-        log(f"windows {index + 1} of {WINDOWS}")
+    for index, ids in enumerate(windows(tokenizer, articles, count)):
+        log(f"windows {index + 1} of {count}")
         targets = np.asarray(ids[CONTEXT + 1:])
         with torch.no_grad():
             ref = reference(torch.tensor([ids])).logits[0].double().numpy()
@@ -293,8 +294,9 @@ def greedy(hf: Path, models: dict[str, Path], articles: list[str], threads: int)
     expected = []
     for prompt in prompts:
         with torch.no_grad():
-            out = reference.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                     max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+            mask = torch.ones(1, len(prompt), dtype=torch.long)
+            out = reference.generate(torch.tensor([prompt]), attention_mask=mask, max_new_tokens=NEW_TOKENS,
+                                     min_new_tokens=NEW_TOKENS, do_sample=False)
         expected.append([int(t) for t in out[0, len(prompt):]])
     found = {}
     for name, folder in models.items():
@@ -479,6 +481,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--windows", type=int, default=12, help="512-token windows scored (256 tokens each)")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
                         / "onnxlite" / "llm_vs_genai")
     parser.add_argument("--hf", type=Path, help="a transformers folder of SmolLM2-135M (default: built from the wheel)")
@@ -494,9 +497,9 @@ def main() -> int:
     hf = args.hf or smollm2_folder(work)
     models, cost = build(hf, work, args)
     articles = wiki_articles()
-    log(f"{len(articles)} Wikipedia articles; scoring {WINDOWS} windows")
+    log(f"{len(articles)} Wikipedia articles; scoring {args.windows} windows")
     rows: dict[str, dict[str, Any]] = {name: {} for name in ["PyTorch fp32", *models]}
-    for name, figures in quality(hf, models, articles, args.threads).items():
+    for name, figures in quality(hf, models, articles, args.threads, args.windows).items():
         rows[name].update(figures)
     for name, equal in greedy(hf, models, articles, args.threads).items():
         rows[name]["greedy_equal"] = equal
@@ -512,7 +515,7 @@ def main() -> int:
     for name, folder in models.items():
         rows[name]["size_mb"] = folder_size(folder) / 1024**2
     print(f"ISA: {isa_line()}; {args.threads} threads; onnxruntime-genai "
-          f"{__import__('onnxruntime_genai').__version__}; judged on {WINDOWS * (WINDOW - CONTEXT)} tokens of "
+          f"{__import__('onnxruntime_genai').__version__}; judged on {args.windows * (WINDOW - CONTEXT)} tokens of "
           f"Wikipedia ({WINDOW}-token windows, {CONTEXT} of context), greedy on {GREEDY_PROMPTS} prompts, speed: a "
           f"{PROMPT}-token prompt and {NEW_TOKENS} tokens, medians of {args.rounds} interleaved rounds")
     if not llama:

@@ -180,6 +180,10 @@ def decoder_reference(env: Env, inputs: Inputs) -> Reference:
     judge = DecoderJudge.from_decoders(fp32.parent, held, metrics=config.metrics, max_drop=config.max_drop,
                                        primary=primary_metric(config), options=options, settings=env.settings,
                                        progress=lambda msg: env.emit("step", {"message": msg}))
+    # the stages that run the graph itself on the judge's samples (the fallback's ranking of nodes) get whole
+    # windows as the decoder takes them: with positions and an empty cache
+    [judge.feeds] = with_empty_past(read_header(fp32), [{"input_ids": held.ids,
+                                                         "attention_mask": np.ones_like(held.ids)}])
     batch = config.batch or 1
     judge.timing_feeds = decode_step_feeds(fp32, batch=batch)
     judge.batch_cap = batch
