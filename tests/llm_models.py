@@ -42,8 +42,10 @@ def _save(model, folder: Path, eos: int = 2) -> Path:
     return folder
 
 
-def tiny_llama(folder: Path, *, seed: int = 0, vocab: int = 300, tokenizer: bool = True) -> Path:
-    """2 layers, hidden 64, 4 query heads and 2 KV heads (grouped-query attention), RoPE, untied head."""
+def tiny_llama(folder: Path, *, seed: int = 0, vocab: int = 300, tokenizer: bool = True,
+               dtype: str = "float32") -> Path:
+    """2 layers, hidden 64, 4 query heads and 2 KV heads (grouped-query attention), RoPE, untied head;
+    ``dtype="bfloat16"`` saves it as models ship."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -51,7 +53,7 @@ def tiny_llama(folder: Path, *, seed: int = 0, vocab: int = 300, tokenizer: bool
     config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                          bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config).eval()
+    model = LlamaForCausalLM(config).eval().to(getattr(torch, dtype))
     if not tokenizer:
         folder.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(folder))

@@ -75,3 +75,44 @@ def test_forward_through_the_cache_equals_one_forward_of_the_whole_sequence(buil
     assert cache.length == 6 and cache.arrays()[0].shape == (1, 2, 6, 16)
     scale = float(np.abs(whole).max())
     assert np.abs(np.concatenate([head, tail], axis=1) - whole).max() <= 1e-4 * scale
+
+
+def _graph(path, inputs, outputs):
+    import onnx
+    from onnx import TensorProto, helper
+
+    def info(name):
+        if name in ("input_ids", "attention_mask", "position_ids"):
+            return helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "seq"])
+        if name == "logits":
+            return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "seq", 50])
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", 2, "past", 8])
+
+    graph = helper.make_graph([], "g", [info(n) for n in inputs], [info(n) for n in outputs])
+    onnx.save(helper.make_model(graph), str(path))
+    return path
+
+
+@pytest.mark.unit
+def test_layout_needs_every_cache_input_and_output(tmp_path):
+    from onnxlite.decoding import decoder_layout
+
+    cache_in = ["past_key_values.0.key", "past_key_values.0.value"]
+    cache_out = ["present.0.key", "present.0.value"]
+    full = _graph(tmp_path / "full.onnx", ["input_ids", "attention_mask", "position_ids", *cache_in],
+                  ["logits", *cache_out])
+    layout = decoder_layout(full)
+    assert (layout.num_layers, layout.kv_heads, layout.head_dim, layout.vocab_size) == (1, 2, 8, 50)
+    assert layout.has_position_ids and layout.padding == "left" and layout.cache_bytes_per_token() == 2 * 2 * 8 * 4
+    assert decoder_layout(_graph(tmp_path / "plain.onnx", ["input_ids", "attention_mask"], ["logits"])) is None
+    half = _graph(tmp_path / "half.onnx", ["input_ids", "attention_mask", *cache_in], ["logits", "present.0.key"])
+    assert decoder_layout(half) is None
+
+
+@pytest.mark.unit
+def test_positions_count_real_tokens_and_pads_sit_at_zero():
+    from onnxlite.decoding import position_ids
+
+    mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert position_ids(mask, 5).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+    assert position_ids(mask, 1).tolist() == [[2], [4]]

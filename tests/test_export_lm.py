@@ -79,6 +79,20 @@ def test_gpt2_falls_to_the_torch_engine_and_runs_in_genai(sources, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_bf16_module_built_in_code_is_cast_before_the_engines_and_verified(sources, tmp_path):
+    bf16 = tiny_llama(tmp_path / "bf16", seed=1, dtype="bfloat16")
+    code = tmp_path / "lm.py"
+    code.write_text("import torch\nfrom transformers import AutoModelForCausalLM\n"
+                    f"lm = AutoModelForCausalLM.from_pretrained({str(bf16)!r}, dtype=torch.bfloat16)\n")
+    out = tmp_path / "out"
+    result = onnxlite.export(f"{code}:lm", out, decode_steps=8)
+    assert result.engine == "genai-builder" and result.verified, result.check.message()
+    assert any("bfloat16" in note and "float32 module" in note for note in result.notes), result.notes
+    assert sorted(p.name for p in bf16.iterdir()) == sorted(p.name for p in (tmp_path / "bf16").iterdir())
+    assert not list(bf16.glob("*.onnx")) and (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.slow
 def test_a_causal_lm_without_a_tokenizer_is_a_usage_error_at_export_and_writes_nothing(sources, tmp_path):
     out = tmp_path / "bare"
     with pytest.raises(UsageError, match="without a tokenizer") as caught:
@@ -88,10 +102,14 @@ def test_a_causal_lm_without_a_tokenizer_is_a_usage_error_at_export_and_writes_n
 
 
 @pytest.mark.slow
-def test_a_folder_output_inside_the_source_is_refused_before_loading(sources):
+def test_a_folder_output_inside_the_source_or_full_of_other_files_is_refused_before_loading(sources, tmp_path):
     with pytest.raises(UsageError, match="inside it"):
         onnxlite.export(sources["llama"], sources["llama"] / "onnx")
     assert not (sources["llama"] / "onnx").exists()
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(UsageError, match="other files in it"):
+        onnxlite.export(sources["llama"], tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
 
 
 @pytest.mark.slow

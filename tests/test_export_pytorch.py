@@ -268,6 +268,41 @@ class Rotary(torch.nn.Module):
 
 exact = Rotary().eval()
 inexact = Rotary(compute_in_bf16=True).eval()
+
+
+class Bf16Activations(torch.nn.Module):
+    """Computes in bfloat16 inside forward, on its activations: no weight to cast."""
+
+    def forward(self, x):
+        y = x.to(torch.bfloat16)
+        return (y * y).float()
+
+
+activations = Bf16Activations().eval()
+
+
+class Classifier(torch.nn.Module):
+    """RMSNorm (no TorchScript export) and rotary cos/sin tables shipped in bfloat16, with bfloat16 arithmetic on
+    them, so casting them changes the outputs: they must be cast before every exporter, not only when exact."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(100, 32)
+        self.norm = torch.nn.RMSNorm(32)
+        self.head = torch.nn.Linear(32, 3)
+        angles = torch.arange(64, dtype=torch.float32)[:, None] * (1.0 / 10000 ** (torch.arange(16) / 16))
+        self.register_buffer("cos", torch.cat([angles.cos()] * 2, -1).to(torch.bfloat16))
+        self.register_buffer("sin", torch.cat([angles.sin()] * 2, -1).to(torch.bfloat16))
+
+    def forward(self, input_ids):
+        x = self.norm(self.embed(input_ids))
+        cos, sin = self.cos[: x.shape[1]] * 2 - 1, self.sin[: x.shape[1]]
+        rotated = torch.cat([-x[..., 16:], x[..., :16]], -1)
+        return self.head((x * cos + rotated * sin).mean(1))
+
+
+classifier = Classifier().eval()
 '''
 
 
@@ -282,21 +317,37 @@ def test_bfloat16_buffers_are_cast_to_float32_when_exact_and_said(tmp_path):
     assert all(i.data_type != onnx.TensorProto.BFLOAT16 for i in onnx.load(str(result.path)).graph.initializer)
 
 
-def test_bfloat16_compute_that_a_cast_would_change_is_named_with_op_and_dtype(tmp_path):
+def test_bfloat16_buffers_that_compute_in_bfloat16_are_cast_before_export_and_said(tmp_path):
+    source = tmp_path / "rotary.py"
+    source.write_text(BF16_SOURCE)
+    result = onnxlite.export(f"{source}:inexact", tmp_path / "inexact.onnx", inputs=["x:float32[batch,seq]"])
+    assert result.verified and "verified against the float32 module" in result.notes[0]
+
+
+def test_a_bf16_rms_norm_classifier_exports_through_the_second_exporter(tmp_path):
+    source = tmp_path / "rotary.py"
+    source.write_text(BF16_SOURCE)
+    result = onnxlite.export(f"{source}:classifier", tmp_path / "cls.onnx", inputs=["input_ids:int64[batch,seq]"])
+    assert result.verified and result.exporter == "dynamo"
+    assert "aten::rms_norm" in result.fallback and "Refer to the full stack trace" not in result.fallback
+    assert "cast 2 bfloat16 buffer(s)/weight(s) (cos, sin)" in result.notes[0]
+
+
+def test_bfloat16_compute_on_activations_is_named_with_op_and_dtype(tmp_path):
     source = tmp_path / "rotary.py"
     source.write_text(BF16_SOURCE)
     with pytest.raises(UsageError) as caught:
-        onnxlite.export(f"{source}:inexact", tmp_path / "inexact.onnx", inputs=["x:float32[batch,seq]"])
+        onnxlite.export(f"{source}:activations", tmp_path / "act.onnx", inputs=["x:float32[batch,seq]"])
     message = str(caught.value)
     assert "takes bfloat16, which the cpu provider has no kernel for" in message, message
-    assert "cast it to float32 before exporting" in message
-    assert not (tmp_path / "inexact.onnx").exists()
+    assert "compute in float32" in message and "\n" not in message
+    assert not (tmp_path / "act.onnx").exists()
 
 
 def test_an_unloadable_export_names_the_source_not_the_scratch_file(tmp_path):
     source = tmp_path / "rotary.py"
     source.write_text(BF16_SOURCE)
     with pytest.raises(UsageError) as caught:
-        onnxlite.export(f"{source}:inexact", tmp_path / "inexact.onnx", inputs=["x:float32[batch,seq]"])
-    assert str(caught.value).startswith(f"the model exported from {source}:inexact: onnxruntime cannot load it")
+        onnxlite.export(f"{source}:activations", tmp_path / "act.onnx", inputs=["x:float32[batch,seq]"])
+    assert str(caught.value).startswith(f"the model exported from {source}:activations: onnxruntime cannot load it")
     assert ".work" not in str(caught.value)

@@ -119,8 +119,8 @@ def missing_kernel_hint(path: str | os.PathLike[str], message: str, provider: st
                      else "bfloat16" for i in node.input if types.get(i)})
     if not dtypes:
         return ""
-    advice = ("; a bfloat16 buffer or weight in the source model computes in bfloat16 there: cast it to float32 "
-              "before exporting" if "bfloat16" in dtypes else "")
+    advice = ("; the source model computes in bfloat16 there (a .to(torch.bfloat16) in its forward, say): make it "
+              "compute in float32 before exporting" if "bfloat16" in dtypes else "")
     return f"; {op} node {name!r} takes {', '.join(dtypes)}, which the {provider} provider has no kernel for{advice}"
 
 

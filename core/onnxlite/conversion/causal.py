@@ -139,6 +139,10 @@ def check_output_folder(output: Path, source: str) -> None:
 
     if output.exists() and not output.is_dir():
         raise UsageError(f"-o {output}: is a file; a causal LM exports to a folder (model.onnx, tokenizer, configs)")
+    if output.is_dir() and any(output.iterdir()) and not (output / "model.onnx").is_file():
+        # the folder is replaced as a whole: never someone's folder of other files
+        raise UsageError(f"-o {output}: a folder with other files in it; give a new or empty folder (or a previous "
+                         "export's, which is replaced)")
     src = Path(source)
     if src.exists():
         src_dir = src.resolve() if src.is_dir() else src.resolve().parent
@@ -207,6 +211,12 @@ def verify_decoder(folder: Path, lm: Any, steps: int, settings: SessionSettings 
                         padding=session.layout.padding, max_abs_diff=diff, logits_scale=scale,
                         tolerance=LOGITS_RTOL * scale, steps=steps, tokens_equal=tuple(equal),
                         margins=tuple(margins))
+
+
+def _notes(loaded: LoadedSource, lm: Any) -> list[str]:
+    """What was changed to export: the plugin's cast at load, then the LM's own."""
+    cast = getattr(loaded.model, "provenance", {}).get("onnxlite.cast")
+    return [*([cast] if cast else []), *lm.notes]
 
 
 def _stamp(folder: Path, values: dict[str, str]) -> None:
@@ -290,7 +300,7 @@ def export_decoder(source: str | os.PathLike[str], output: str | os.PathLike[str
             replace_dir(staged, output)
             return DecoderExport(path=output, source=source, framework=loaded.framework, engine=engine,
                                  layout=layout, size_bytes=model_size(output / "model.onnx"), check=check,
-                                 fallback=fallback, notes=tuple(lm.notes), files=files)
+                                 fallback=fallback, notes=tuple(_notes(loaded, lm)), files=files)
     detail = "; ".join(f"{engine}: {message}" for engine, message in errors)
     kind = VerificationError if all("prefill logits" in m for _, m in errors) else OnnxliteError
     raise kind(f"{source}: no engine exported a decoder that matches PyTorch (nothing written) [{detail}]")

@@ -169,7 +169,7 @@ class CausalLM:
                 fresh.to(torch.float32).save_pretrained(str(out))
             else:
                 self.model.save_pretrained(str(out))
-        config.to_json_file(str(out / "config.json"))
+        self.save_tokenizer(out)   # the builder copies the tokenizer from its input folder
         return out
 
     def save_tokenizer(self, out: Path) -> None:

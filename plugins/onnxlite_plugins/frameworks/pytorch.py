@@ -125,14 +125,51 @@ def unsupported_operators(exc: BaseException | None) -> list[str]:
 
 
 def _summary(exc: BaseException) -> str:
+    """The exporter's own first error line.  dynamo's message is a report whose summary reads
+    ``<class 'torch._dynamo.exc.Unsupported'>: the reason`` then ``(Refer to the full stack trace above ...)``,
+    a trace the user never sees: keep the reason, drop the pointer."""
     text = str(exc)
     marker = "## Exception summary"
     if marker in text:
         text = text.split(marker, 1)[1]
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("<class")]
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r"^<class '[^']*'>:\s*", "", line.strip())
+        if line and not line.startswith("(Refer to the full stack trace"):
+            lines.append(line)
+    if not lines and exc.__cause__ is not None and exc.__cause__ is not exc:
+        return _summary(exc.__cause__)
     first = lines[0] if lines else type(exc).__name__
     return " ".join(first.split())[:240]
+
+
+@contextlib.contextmanager
+def _quiet_fds():
+    """Silence what the exporters print below Python (the TorchScript exporter writes its IR graph to file
+    descriptor 1 when it fails): the host prints its own one line."""
+    import sys
+    import tempfile
+
+    saved: list[tuple[int, int]] = []
+    sink = None
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sink = tempfile.TemporaryFile()
+        for fd in (1, 2):
+            saved.append((fd, os.dup(fd)))
+            os.dup2(sink.fileno(), fd)
+    except (OSError, ValueError):   # no real descriptors (an embedding host): Python-level silencing still applies
+        pass
+    try:
+        yield
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        if sink is not None:
+            sink.close()
 
 
 # --------------------------------------------------------------------------- source models
@@ -246,7 +283,8 @@ class TorchSource:
         level = logger.level
         logger.setLevel(logging.ERROR)
         try:
-            with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), \
+                    _quiet_fds():
                 warnings.simplefilter("ignore")
                 self._export_quietly(exporter, path, inputs, args, output_names, opset, names)
         finally:
@@ -522,10 +560,35 @@ def _load_file(path: Path, source: str, options: Mapping[str, Any]) -> TorchSour
     return TorchSource(module.eval(), source, f"state dict for {model_class}")
 
 
+def float32_weights(loaded: TorchSource) -> TorchSource:
+    """Cast a module's bfloat16 parameters and buffers to float32 as it loads, before references are taken and
+    before any exporter runs: onnxruntime's CPU has no bfloat16 kernels, and an exporter keeps their dtype.
+    The export is then checked against the float32 module, and the note says so."""
+    import torch
+
+    module = loaded.module
+    if loaded.program is not None or _is_script(module) or not isinstance(module, torch.nn.Module):
+        return loaded
+    low = [(n, t) for n, t in [*module.named_parameters(), *module.named_buffers()] if t.dtype == torch.bfloat16]
+    if not low:
+        return loaded
+    with torch.no_grad():
+        for _, tensor in low:
+            tensor.data = tensor.data.float()
+    listed = ", ".join(n for n, _ in low[:4]) + (" ..." if len(low) > 4 else "")
+    loaded.provenance["onnxlite.cast"] = (
+        f"cast {len(low)} bfloat16 buffer(s)/weight(s) ({listed}) to float32 before export: onnxruntime's CPU "
+        "has no bfloat16 kernels; verified against the float32 module")
+    return loaded
+
+
 class PyTorchExporter:
     """Loads PyTorch sources."""
 
     def load(self, source: str, options: Mapping[str, Any]) -> TorchSource:
+        return float32_weights(self._load(source, options))
+
+    def _load(self, source: str, options: Mapping[str, Any]) -> TorchSource:
         import torch
 
         obj = options.get("python_object")
