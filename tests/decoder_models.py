@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from llm_models import WORDS, tiny_llama
 
-VOCAB = 256
+VOCAB = 384   # no Linear of the model has this many outputs: the builder takes such a Linear for the LM head
 HIDDEN, INNER, LAYERS, HEADS, KV_HEADS = 128, 256, 2, 4, 2
 
 
@@ -74,11 +74,30 @@ def tiny_decoder(root: Path, tie: bool, outliers: bool = False) -> Path:
 
 
 def token_windows(batch: int = 2, seq: int = 12, seed: int = 1) -> dict[str, np.ndarray]:
-    """Token ids and a mask, the second row left-padded by 3 (batch 2 as a decode loop pads a prompt)."""
+    """Token ids and a mask, the second row padded by 3 on the right (GroupQueryAttention graphs take right
+    padding, as the decode loop batches them)."""
     ids = np.random.default_rng(seed).integers(3, VOCAB, size=(batch, seq)).astype(np.int64)
     mask = np.ones_like(ids)
-    mask[1:, :3] = 0
+    mask[1:, -3:] = 0
     return {"input_ids": ids, "attention_mask": mask}
+
+
+def with_config(model: Path, folder: Path) -> Path:
+    """``folder/model.onnx``'s path, with the builder's ``genai_config.json`` beside it (the cache sizes the decode
+    loop reads, as an exported folder holds them)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(model.parent / "genai_config.json", folder / "genai_config.json")
+    return folder / "model.onnx"
+
+
+def greedy_tokens(path: Path, steps: int = 16) -> tuple[tuple[int, ...], ...]:
+    """Greedy continuations of two prompts of different lengths, through the cache (``DecoderSession``)."""
+    from onnxlite.decoding import DecoderSession
+
+    prompts = [[5, 17, 99, 42, 7, 250], [31, 8, 64]]
+    return DecoderSession(path).greedy(prompts, steps, eos_token_id=None, pad_token_id=0).tokens
 
 
 def prefill_logits(path: Path, feed: dict[str, np.ndarray] | None = None) -> np.ndarray:

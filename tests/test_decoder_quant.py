@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from decoder_models import LAYERS, mean_kl, prefill_logits, tiny_decoder, token_windows
+from decoder_models import LAYERS, greedy_tokens, mean_kl, prefill_logits, tiny_decoder, token_windows, with_config
 from onnx import helper
 
 import onnxlite
@@ -179,3 +179,13 @@ def test_dynamic_int8_baseline_runs_on_the_builder_graph(decoders, references, t
     onnxlite.quantize(decoders["tied"], out, strategy="dynamic", reduce_range=True)
     assert ops(out).get("MatMulInteger") == PROJECTIONS
     assert kl_of(out, "tied", references) < 1e-3
+
+
+def test_quantized_decoders_run_the_decode_loop(decoders, tmp_path):
+    """Through the cache at batch 2: 8-bit weights keep fp32's greedy tokens; 4-bit ones keep generating."""
+    reference = greedy_tokens(decoders["tied"])
+    eight, four = (with_config(decoders["tied"], tmp_path / name) for name in ("eight", "four"))
+    onnxlite.quantize(decoders["tied"], eight, strategy="weightonly", bits=8, accuracy_level=0, gather="int8")
+    onnxlite.quantize(decoders["tied"], four, strategy="weightonly", bits=4, block_size=32, gather="int4")
+    assert greedy_tokens(eight) == reference
+    assert [len(row) for row in greedy_tokens(four)] == [len(row) for row in reference] == [16, 16]

@@ -11,7 +11,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from decoder_models import LAYERS, gguf_decoder, gguf_with, mean_kl, prefill_logits, token_windows
+from decoder_models import (
+    LAYERS,
+    gguf_decoder,
+    gguf_with,
+    greedy_tokens,
+    mean_kl,
+    prefill_logits,
+    token_windows,
+    with_config,
+)
 from onnx import helper, numpy_helper
 
 import onnxlite
@@ -49,7 +58,7 @@ def node_weight(path, node) -> np.ndarray:
 @pytest.mark.parametrize("tie", [False, True])
 def test_carry_is_exact(carried, tmp_path, tie):
     model, gguf_file = carried[tie]
-    out = tmp_path / "carried.onnx"
+    out = with_config(model, tmp_path / "carried")
     result = onnxlite.quantize(model, out, strategy="gguf", gguf=str(gguf_file), accuracy_level=0)
     assert result.details["carried"] == {"Q4_0": 2, "Q4_1": PROJECTIONS - 3, "Q8_0": 1}
     proto = onnx.load(str(out), load_external_data=False)
@@ -75,6 +84,8 @@ def test_carry_is_exact(carried, tmp_path, tie):
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
     size = sum(f.stat().st_size for f in out.parent.glob(out.name + "*"))
     assert size * 4 < sum(f.stat().st_size for f in model.parent.glob("model.onnx*"))
+    # through the cache: 16 greedy tokens at batch 2 (prompts of different lengths) as fp32 gives them
+    assert greedy_tokens(out) == greedy_tokens(model)
 
 
 @pytest.mark.slow

@@ -62,11 +62,13 @@ def with_empty_past(proto: Any, feeds: Iterable[Mapping[str, Any]]) -> list[dict
     inputs = list(proto.graph.input)
     done = []
     for feed in feeds:
-        ids = np.asarray(feed["input_ids"])
-        ids = ids[None] if ids.ndim == 1 else ids
-        batch, seq = ids.shape
-        out: dict[str, Any] = {"input_ids": ids.astype(np.int64)}
-        mask = np.asarray(feed.get("attention_mask", np.ones_like(ids))).reshape(batch, seq).astype(np.int64)
+        tokens = feed.get("input_ids")
+        # a graph fed embeddings (no input_ids) still has a batch and a sequence axis first
+        first = np.asarray(tokens if tokens is not None else next(iter(feed.values())))
+        first = first[None] if tokens is not None and first.ndim == 1 else first
+        batch, seq = int(first.shape[0]), int(first.shape[1])
+        out: dict[str, Any] = {} if tokens is None else {"input_ids": first.astype(np.int64)}
+        mask = np.asarray(feed.get("attention_mask", np.ones((batch, seq)))).reshape(batch, -1).astype(np.int64)
         for spec in inputs:
             shape = spec.type.tensor_type.shape
             if spec.name == "attention_mask":

@@ -36,7 +36,8 @@ def lm_head(proto, eligible: Iterable[str]) -> str | None:
     outputs = [o.name for o in proto.graph.output]
     start = next((o for o in outputs if o == "logits"), outputs[0] if outputs else None)
     producers = _producers(proto)
-    frontier, seen = [start], set()
+    frontier: list[str] = [start] if start else []
+    seen: set[int] = set()
     while frontier:
         tensor = frontier.pop(0)
         node = producers.get(tensor)

@@ -59,15 +59,17 @@ def read_gguf(path: Path) -> GGUFRows:
     from gguf.quants import dequantize
 
     reader = GGUFReader(str(path))
-    names, qtypes, blocks = [], [], []
+    matrices = [t for t in reader.tensors if len([d for d in t.shape if d > 1]) >= 2]
+    for tensor in matrices:     # every format checked before any block is read
+        if tensor.tensor_type.name not in CARRIED + FLOATS:
+            raise UsageError(f"--option gguf={path}: tensor {tensor.name} is {tensor.tensor_type.name}, which gguf "
+                             f"cannot carry into MatMulNBits (it carries {', '.join(CARRIED)})")
+    names: list[str] = []
+    qtypes: list[str] = []
+    blocks: list[Any] = []
     index: dict[int, tuple[int, int]] = {}
-    for tensor in reader.tensors:
+    for tensor in matrices:
         qtype = tensor.tensor_type.name
-        if len([d for d in tensor.shape if d > 1]) < 2:
-            continue
-        if qtype not in CARRIED + FLOATS:
-            raise UsageError(f"--option gguf={path}: tensor {tensor.name} is {qtype}, which gguf cannot carry into "
-                             f"MatMulNBits (it carries {', '.join(CARRIED)})")
         k = int(tensor.shape[0])
         raw = np.asarray(tensor.data)
         rows = raw.reshape(int(tensor.n_elements) // k, -1)
@@ -156,7 +158,7 @@ class GGUFQuantizer:
         from onnx import helper, numpy_helper
         from onnxruntime.quantization.onnx_model import ONNXModel
 
-        from onnxlite.modelio import load_external_data, quantized_ops, uses_external_data
+        from onnxlite.modelio import load_external_data, uses_external_data
 
         path = self._path(options)
         level = int(options["accuracy_level"])
@@ -204,7 +206,7 @@ class GGUFQuantizer:
         ONNXModel(proto).save_model_to_file(str(output), external)
         return QuantizeOutcome(excluded_nodes=list(left), notes=notes, details={
             "gguf": str(path), "carried": carried, "left_in_float": left, "table": table,
-            "weight_max_abs_diff": worst, "accuracy_level": level, "ops": quantized_ops(proto)})
+            "weight_max_abs_diff": float(f"{worst:.3g}"), "accuracy_level": level})
 
     @staticmethod
     def _path(options: Mapping[str, Any]) -> Path:
@@ -232,9 +234,11 @@ class GGUFQuantizer:
         if block["zero_points"] is not None:
             inits.append(numpy_helper.from_array(block["zero_points"].reshape(n, -1), f"{base}_gguf_zero_points"))
         proto.graph.initializer.extend(inits)
+        attrs: dict[str, Any] = {"K": k, "N": n, "bits": block["bits"], "block_size": BLOCK}
+        if level:
+            attrs["accuracy_level"] = level
         new = helper.make_node("MatMulNBits", [node.input[0]] + [i.name for i in inits], list(node.output),
-                               name=f"{node.name}_Q{block['bits']}", domain="com.microsoft", K=k, N=n,
-                               bits=block["bits"], block_size=BLOCK, **({"accuracy_level": level} if level else {}))
+                               name=f"{node.name}_Q{block['bits']}", domain="com.microsoft", **attrs)
         index = list(proto.graph.node).index(node)
         proto.graph.node.remove(node)
         proto.graph.node.insert(index, new)

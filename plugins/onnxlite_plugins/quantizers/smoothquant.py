@@ -267,6 +267,9 @@ def register_quantizers():
             requires=("onnxruntime", "onnx"),
             install="onnxlite[cpu]",
             applies_to=("transformer",),
+            # its activation collector feeds every graph input, and token-window data has no cache inputs: on a
+            # decoder it fails (KeyError on past_key_values.0.key); weightonly's decoder grid is the tool there
+            avoid=("decoder",),
             needs_calibration=True,
             # The outlier channels sit where LayerNorm's gains put them: on MiniLM, maxima from 64 generated
             # token-id samples gave 0.9955-0.9957 mean / 0.990-0.991 min pooled cosine on other-domain text,

@@ -29,12 +29,12 @@ def plan_bits(proto, model: Path, s: dict[str, Any], algorithm: str, matmuls: li
     if s["lm_head"] != "same" and head is None:
         raise UsageError(f"--option lm_head={s['lm_head']}: {model} has no MatMul writing its logits "
                          "(an LM head)")
+    if (eights or s["sensitive8"] > 0) and s["bits"] == 8:
+        raise UsageError("--option keep8/sensitive8 need bits=4 (every MatMul is 8-bit already)")
     if s["sensitive8"] > 0:
         ranked = [n for n in weight_error_ranking(proto, matmuls, s["block_size"], s["symmetric"],
                                                   str(Path(model).parent)) if n != head or s["lm_head"] == "same"]
         eights.update(ranked[:s["sensitive8"]])
-    if (eights or s["lm_head"] == "int8") and s["bits"] == 8:
-        raise UsageError("--option keep8/sensitive8/lm_head=int8 need bits=4 (every MatMul is 8-bit already)")
     plan.update({n: 8 for n in eights})
     if head is not None and s["lm_head"] != "same":
         plan[head] = {"float": None, "int8": 8, "int4": 4}[s["lm_head"]]
@@ -50,6 +50,7 @@ def plan_bits(proto, model: Path, s: dict[str, Any], algorithm: str, matmuls: li
                              "even count (32 usually does)" + (" or symmetric=true" if algorithm == "gptq" else ""))
     return plan
 
+
 def share_tied(proto, s: dict[str, Any], plan: dict[str, int | None]) -> str | None:
     """A tied embedding table (Gather of the LM head's weight transposed) reads the quantized LM head's blocks
     when ``gather`` asks for a quantized table; returns the note to add, or None."""
@@ -64,12 +65,15 @@ def share_tied(proto, s: dict[str, Any], plan: dict[str, int | None]) -> str | N
     return (f"the tied embedding table reads the LM head's {plan[s['head']]}-bit blocks (GatherBlockQuantized; "
             "one copy of the weights)")
 
+
 def _hidden(proto, head: str) -> int:
     node = next(n for n in proto.graph.node if n.op_type == "MatMulNBits" and n.name.rsplit("_Q", 1)[0] == head)
     return next(int(a.i) for a in node.attribute if a.name == "K")
 
+
 def with_plan(outcome: QuantizeOutcome, s: dict[str, Any], plan: dict[str, int | None],
-               shared: str | None) -> QuantizeOutcome:
+              shared: str | None) -> QuantizeOutcome:
+    """The outcome with the plan's notes and details: the 8-bit MatMuls, the LM head, the tied table."""
     eights = sorted(n for n, b in plan.items() if b == 8 and s["bits"] == 4)
     notes = list(outcome.notes)
     if eights:
