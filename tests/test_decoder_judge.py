@@ -112,6 +112,9 @@ def test_gensim_news_text_is_plain_documents():
 
     news = documents("news", 5)
     assert len(news) == 5 and all(len(d) > 200 and "\n" not in d for d in news)
+    wiki = documents("wiki", 2)
+    assert len(wiki) == 2 and wiki[0].startswith("Anarchism is a political philosophy")
+    assert not any(mark in d for d in wiki for mark in ("'''", "[[", "==", "{{"))
     text = plain_wiki("== History ==\n'''Anarchism''' is a [[political philosophy]] that advocates "
                       "self-governed societies.\n{{cite web|url=x}}\n[[Category:Politics]]")
     assert text == "Anarchism is a political philosophy that advocates self-governed societies."
@@ -165,6 +168,8 @@ def test_identical_decoder_agrees_fully_and_a_perturbed_one_does_not(models):
     for c in (same, noisy):   # every budgeted drop has an interval over the windows
         assert {"text.perplexity", "text.kl"} <= set(c.intervals)
         assert c.intervals["text.kl"]["samples"] == result.samples
+    # windows that all agree fully are means over tokens, not a rate of samples: no Clopper-Pearson slack
+    assert same.intervals["text.next_token_agreement"]["upper"] == 0.0 and not result.unresolved
 
 
 def test_greedy_agreement_matches_the_two_models_greedy_runs(models):

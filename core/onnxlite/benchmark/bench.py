@@ -219,7 +219,7 @@ def bench(models: Sequence[str | os.PathLike[str]], batch: int = 1, seq_len: int
 
     generated = data is None and feeds is None
     uses_seq = generated and any(has_sequence_axis(specs_from_onnx(p)) for p in protos)
-    described = _describe(settings, runs, warmup, seconds, data, feeds is not None, paths)
+    described = describe_settings(settings, runs, warmup, seconds, data, feeds is not None, paths)
     if stopping:
         described["stopping"] = stopping
     return BenchResult(rows=rows, schedule=schedule, batch=batch, seq_len=seq_len if uses_seq else None,
@@ -317,7 +317,7 @@ def _batch_sizes(feeds: Mapping[str, Any], axes: Mapping[str, int | None]) -> se
             if (axis := axis_of(name, v, axes)) is not None}
 
 
-def _describe(settings: SessionSettings, runs, warmup, seconds, data, explicit_feeds: bool,
+def describe_settings(settings: SessionSettings, runs, warmup, seconds, data, explicit_feeds: bool,
               paths: Sequence[Path] = ()) -> dict[str, Any]:
     import onnxruntime as ort
 

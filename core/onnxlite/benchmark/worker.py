@@ -10,6 +10,9 @@ protocol on stdin/stdout:
         -> {"ok": true, "pid": ..., "load_seconds": ..., "baseline_rss_bytes": ..., "providers": [...]}
     {"cmd": "run", "n": K}      -> {"ok": true, "latencies_ms": [...]}   (K timed session runs)
     {"cmd": "stats"}            -> {"ok": true, "peak_rss_bytes": ...}
+    {"cmd": "load_decoder", "model": PATH, "settings": {...}}  -> as "load", for a decoder with its cache
+    {"cmd": "generate", "prompt": N, "batch": B, "new_tokens": K, "seed": S}
+        -> {"ok": true, "prefill_seconds": ..., "decode_seconds": ..., "decode_tokens": ...}   (one greedy run)
     {"cmd": "exit"}
 
 Failures answer ``{"ok": false, "error": MESSAGE, "usage": BOOL}``.  Latency is
@@ -147,6 +150,9 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     worker = Worker()
+    from .generation_worker import GenerationWorker
+
+    generation = GenerationWorker()
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -163,6 +169,10 @@ def main() -> None:
                 reply = worker.run(int(msg["n"]))
             elif cmd == "stats":
                 reply = worker.stats()
+            elif cmd == "load_decoder":
+                reply = generation.load(msg)
+            elif cmd == "generate":
+                reply = generation.generate(msg)
             else:
                 raise _Usage(f"unknown command {cmd!r}")
             reply = {"ok": True, **reply}

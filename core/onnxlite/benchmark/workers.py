@@ -60,8 +60,12 @@ class _WorkerProcess:
         see it too; ``session.force_spinning_stop`` would have stopped that as
         well, and cost sub-millisecond models a thread wake-up per run.
         """
+        return self.paused_request({"cmd": "run", "n": n})
+
+    def paused_request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One command, with the worker stopped again as soon as it answers (see :meth:`timed_turn`)."""
         try:
-            return self.try_request({"cmd": "run", "n": n})
+            return self.try_request(msg)
         finally:
             if PAUSE_IDLE_WORKERS and self._signal("SIGSTOP"):
                 self._wait_stopped()
@@ -145,3 +149,7 @@ class _WorkerProcess:
         if self._log:
             self._log.close()
             self._log = None
+
+
+#: the public name of a worker process, for the measuring loops outside this module
+WorkerProcess = _WorkerProcess

@@ -12,7 +12,7 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
 
 
 @click.command(short_help="Latency, throughput, memory and size of ONNX models, interleaved.")
-@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--runs", type=click.IntRange(min=1), default=100, show_default=True,
               help="Timed runs per model at most (after the warm-up); fewer once the p50s are stable.")
 @click.option("--min-runs", type=click.IntRange(min=1), default=20, show_default=True,
@@ -32,6 +32,14 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
               help="Run on samples from this .npz (keyed by input name) instead of generated inputs.")
 @click.option("--data-option", "data_options", multiple=True, metavar="KEY=VALUE",
               help="Option for reading --data (see onnxlite.data), repeatable.")
+@click.option("--prompt-lengths", default="128,512", show_default=True, metavar="N[,N...]",
+              help="Decoders: prompt lengths whose prefill tokens/s and time to first token are measured.")
+@click.option("--new-tokens", type=click.IntRange(min=2), default=32, show_default=True,
+              help="Decoders: tokens each decode run generates (prompts of the first --prompt-lengths).")
+@click.option("--decode-batches", default="1,4", show_default=True, metavar="B[,B...]",
+              help="Decoders: batch sizes whose decode tokens/s are measured.")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Decoders: interleaved rounds of every scenario on every model (figures are their medians).")
 @click.option("--name", "names", multiple=True, help="Name for each model, in order (default: file names).")
 @click.option("--title", default=None, help="Title of the table and report.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -40,19 +48,27 @@ from .common import console, emit_json, is_tty, json_option, option_pairs, sessi
 @json_option
 def bench(models: tuple[Path, ...], runs: int, min_runs: int, seconds: float | None, warmup: int, batch: int,
           seq_len: int, data: Path | None, data_options: tuple[str, ...], names: tuple[str, ...], title: str | None,
-          report_dir: Path | None, provider: str,
-          threads: int | None, graph_optimization: str, execution_mode: str, as_json: bool) -> None:
+          report_dir: Path | None, provider: str, threads: int | None, graph_optimization: str,
+          execution_mode: str, as_json: bool, prompt_lengths: str = "128,512", new_tokens: int = 32,
+          decode_batches: str = "1,4", rounds: int = 3) -> None:
     """Latency, throughput, load time, memory, size and op count of one or more ONNX models.
 
     Several models are measured interleaved (A B A B ...), each in its own
     process, and compared with the first: size ratio, speedup, memory ratio.
+    Decoder language models with a key/value cache (an exported folder, or its
+    model.onnx) get generation figures instead: prefill tokens/s and time to
+    first token per prompt length, decode tokens/s per batch, peak RSS, KV-cache
+    bytes per token and size (docs/measure.md).
     """
+    settings = session_settings(provider, threads, graph_optimization, execution_mode)
+    if _decoders(models):
+        _bench_generation(models, names, settings, as_json, prompt_lengths, new_tokens, decode_batches, rounds)
+        return
     from ..benchmark.bench import bench as run_bench
     from ..benchmark.stability import footnote
     from ..report.files import write_report
     from ..report.text import render_table
 
-    settings = session_settings(provider, threads, graph_optimization, execution_mode)
     err = console(stderr=True)
     with _progress(err, enabled=is_tty()) as update:
         result = run_bench(list(models), batch=batch, seq_len=seq_len, runs=(min_runs, runs), warmup=warmup,
@@ -75,6 +91,54 @@ def bench(models: tuple[Path, ...], runs: int, min_runs: int, seconds: float | N
             out.print(line, markup=False, highlight=False)
         if written:
             out.print(f"Report: {written['html']} (and report.json, report.md)")
+    failed = [r for r in result.rows if r.status == "failed"]
+    if failed:
+        raise OnnxliteError("; ".join(f"{r.name} failed: {r.note}" for r in failed))
+
+
+def _decoders(models: tuple[Path, ...]) -> bool:
+    """Whether the models are decoders with a cache (all of them; a mix is a usage error)."""
+    from ..decoding import decoder_layout, model_file
+    from ..errors import UsageError
+
+    found = []
+    for model in models:
+        file = model_file(model)
+        try:
+            found.append(file.is_file() and decoder_layout(file) is not None)
+        except Exception:  # noqa: BLE001 - not readable as a decoder: the latency path words the error
+            found.append(False)
+    if any(found) and not all(found):
+        odd = next(m for m, f in zip(models, found) if not f)
+        raise UsageError(f"{odd}: not a decoder with a key/value cache, as the others are; bench decoders "
+                         "(generation) and other models (latency) in separate runs")
+    return bool(found) and all(found)
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    from ..errors import UsageError
+
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: expected comma-separated integers such as 128,512") from None
+    return values
+
+
+def _bench_generation(models, names, settings, as_json: bool, prompt_lengths: str, new_tokens: int,
+                      decode_batches: str, rounds: int) -> None:
+    from ..benchmark.generation import GenerationPlan, bench_generation
+
+    plan = GenerationPlan(prompt_lengths=_ints(prompt_lengths, "--prompt-lengths"), new_tokens=new_tokens,
+                          batches=_ints(decode_batches, "--decode-batches"), rounds=rounds)
+    err = console(stderr=True)
+    with _progress(err, enabled=is_tty()) as update:
+        result = bench_generation(list(models), plan, settings, names=list(names) or None, progress=update)
+    warn_isa(result.settings)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo("\n".join(result.table_lines()))
     failed = [r for r in result.rows if r.status == "failed"]
     if failed:
         raise OnnxliteError("; ".join(f"{r.name} failed: {r.note}" for r in failed))

@@ -62,6 +62,12 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     one-sided --confidence upper bound of its drop is above it.  The drop is
     1 - value for similarities and agreements, reference minus candidate for
     accuracy, and the value itself for absolute differences (docs/metrics.md).
+
+    Decoder language models with a key/value cache (exported folders) are
+    judged on a text corpus (--data corpus.txt, documents separated by blank
+    lines): perplexity (its budget relative: perplexity=5%), kl,
+    next_token_agreement and greedy_agreement, on windows set with
+    --data-option window=N and stride=N (context tokens).
     """
     from rich.markup import escape
 
@@ -73,6 +79,9 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
     err = console(stderr=True)
     if per_node and len(candidates) != 1:
         raise click.UsageError("--per-node takes exactly one CANDIDATE")
+    if per_node and _is_decoder(candidates[0]):
+        raise click.UsageError("--per-node attributes an output's error node by node; a decoder language model "
+                               "is judged on its corpus, so it has no per-node form")
     with err.status("comparing...") as status:
         source, specs, framework = _reference(reference, framework, inputs, model_class, framework_options,
                                               settings)
@@ -116,6 +125,12 @@ def compare(reference: str, candidates: tuple[str, ...], data: str | None, data_
         click.get_current_context().exit(1)
     if result.passed:
         click.echo("PASS: every candidate is within --max-drop", err=True)
+
+
+def _is_decoder(path: str) -> bool:
+    from ..evaluation.decoder_compare import is_decoder_compare
+
+    return is_decoder_compare(None, [path])
 
 
 def _per_node(reference, candidate, data, metrics, status, **options):
