@@ -151,8 +151,7 @@ def decoder_reference(env: Env, inputs: Inputs) -> Reference:
     from ..decoder_inputs import with_empty_past
     from ..decoding import model_file
     from ..evaluation.decoder_judge import DecoderJudge, DecoderOptions
-    from ..figures import figures_of
-    from ..modelio import read_header
+    from ..modelio import model_size, read_header
     from .confidence import configure_judge
     from .heldout import write_calibration
     from .results import CandidateRow
@@ -191,10 +190,10 @@ def decoder_reference(env: Env, inputs: Inputs) -> Reference:
     for line in setup.messages:
         env.emit("note", {"message": line})
     judge_dir = save_judge(judge, env.work / "judge")
-    verdict = judge.evaluate(fp32, "fp32")
+    # the reference *is* the fp32 export: its scores are the judge's own, its drops nothing (no second pass)
     baseline = CandidateRow(name="fp32", strategy="none", options={}, status="reference", path=str(fp32),
-                            reason="the exported model, unquantized",
-                            **figures_of(verdict, "size_bytes", "metrics", "drops"))
+                            reason="the exported model, unquantized", size_bytes=model_size(fp32),
+                            metrics=dict(judge.reference_scores), drops={k: 0.0 for k in judge.reference_scores})
     notes = [f"judged against the fp32 ONNX export on {held.describe()}"]
     if inputs.data.held_out is None:
         notes.append(f"no --data: {what}")
