@@ -127,10 +127,10 @@ def _windows(env: Env, inputs: Inputs, fp32: Path) -> tuple[Any, Any, str]:
     tokenizer = load_tokenizer(fp32.parent)
     plan = plan_windows(options.window or SEARCH_WINDOW, options.stride, defaults.context_length)
     source = str(config.data or config.calibration)
-    held = spread(corpus_windows(data.held_out, tokenizer, plan, source), SEARCH_WINDOWS)
-    calib = spread(corpus_windows(data.calibration, tokenizer, plan, str(config.calibration or source)),
-                   SEARCH_WINDOWS) if data.calibration else None
-    return held, calib, data.description
+    judged = spread(corpus_windows(data.held_out, tokenizer, plan, source), SEARCH_WINDOWS)
+    calibrating = spread(corpus_windows(data.calibration, tokenizer, plan, str(config.calibration or source)),
+                         SEARCH_WINDOWS) if data.calibration else None
+    return judged, calibrating, data.description
 
 
 def spread(windows: Any, count: int) -> Any:

@@ -105,6 +105,7 @@ def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
         reference = {n: npz[f"ref_{i}"] for i, n in enumerate(config["outputs"])}
         feeds = {n: npz[f"in_{i}"] for i, n in enumerate(config["inputs"])}
         labels = npz["labels"] if "labels" in npz.files else None
+    judge: Judge
     if config.get("decoder"):
         from .decoder_tasks import load_decoder_judge
 
