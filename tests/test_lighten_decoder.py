@@ -76,12 +76,12 @@ def test_lighten_decoder_picks_what_the_budget_implies_and_runs_in_genai(tmp_pat
     hf = _tiny_causal_lm(tmp_path / "hf")
     corpus = _own_text(hf, tmp_path / "corpus.txt")
     out = tmp_path / "out"
-    result = onnxlite.lighten(hf, out, data=str(corpus), max_drop="perplexity=1%", strategies=["weightonly"],
+    result = onnxlite.lighten(hf, out, data=str(corpus), max_drop="perplexity=0.3%", strategies=["weightonly"],
                               runs=5, cache=False, workers=2)
     key = result.primary_metric
     assert key.endswith("perplexity")
     budget = result.budgets[key]
-    assert budget == pytest.approx(0.01)
+    assert budget == pytest.approx(0.003)
     rows = [r for r in result.candidates if r.drops.get(key) is not None]
     # every verdict is what the budget says of its figures (the confirm part's upper bound)
     for row in rows:
@@ -92,9 +92,12 @@ def test_lighten_decoder_picks_what_the_budget_implies_and_runs_in_genai(tmp_pat
     winner = result.winner
     assert winner is not None, result.message
     assert winner.drops[key] <= budget and _bound(winner, key) <= budget
-    if all(r.over_budget or r.status == "rejected" for r in uniform):
-        # uniform 4-bit misses the budget: the winner keeps some layers at 8 bits or float, or is 8-bit
-        assert not _uniform_4bit(winner), winner.name
+    # 0.3% is below what rounding every weight to 4 bits costs this model (each uniform 4-bit candidate's bound is
+    # over it), so the budget implies a winner with some layers at 8 bits or float, or all at 8 bits
+    missed = [r for r in uniform if r.over_budget]
+    assert missed and len(missed) == len([r for r in uniform if r.status != "failed"]), \
+        [(r.name, r.status) for r in uniform]
+    assert not _uniform_4bit(winner), winner.name
     assert winner.size_bytes < result.baseline.size_bytes
     # the verdict speaks of decode tokens/s, and the report draws them
     assert "decode tokens/s at batch 1" in result.message
