@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 #: words the tiny tokenizer knows (tests/llm_models.py); the model's vocabulary is theirs plus 4 specials
 SPECIALS = 4
 
@@ -67,6 +65,7 @@ def _bound(row, key: str) -> float:
     return upper if upper is not None else row.drops[key]
 
 
+@pytest.mark.slow
 def test_lighten_decoder_picks_what_the_budget_implies_and_runs_in_genai(tmp_path):
     import onnxruntime_genai as og
 
@@ -122,6 +121,7 @@ def test_lighten_decoder_picks_what_the_budget_implies_and_runs_in_genai(tmp_pat
     assert list(mine.tokens[0]) == tokens
 
 
+@pytest.mark.slow
 def test_lighten_decoder_budget_on_a_metric_it_has_not_is_one_line_exit_2(tmp_path):
     from conftest import run_cli
 
@@ -137,3 +137,20 @@ def test_lighten_decoder_budget_on_a_metric_it_has_not_is_one_line_exit_2(tmp_pa
     assert len(lines) == 1 and lines[0].startswith("Error:"), done.stderr
     assert "accuracy" in lines[0] and "perplexity" in lines[0]
     assert not out.exists()
+
+
+@pytest.mark.unit
+def test_decoder_config_fills_the_budget_and_refuses_metrics_a_decoder_lacks():
+    from onnxlite.errors import UsageError
+    from onnxlite.search.config import LightenConfig
+    from onnxlite.search.decoder import DEFAULT_BUDGET, decoder_config, decoder_metrics, primary_metric
+
+    names = decoder_metrics()
+    assert {"perplexity", "kl", "next_token_agreement", "greedy_agreement"} <= set(names)
+    filled = decoder_config(LightenConfig())
+    assert filled.max_drop == DEFAULT_BUDGET and primary_metric(filled) == "perplexity"
+    given = decoder_config(LightenConfig(max_drop=["kl=0.05", "perplexity=3%"]))
+    assert given.max_drop == ["kl=0.05", "perplexity=3%"] and primary_metric(given) == "kl"
+    for bad in (LightenConfig(max_drop="accuracy=1%"), LightenConfig(metric="pooled_cosine_mean")):
+        with pytest.raises(UsageError, match="judged by"):
+            decoder_config(bad)
