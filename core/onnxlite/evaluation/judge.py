@@ -290,7 +290,6 @@ class Judge:
 
         if self.timing_feeds is not None:
             return dict(self.timing_feeds)
-
         return take_rows(self.feeds, 0, count, self.batch_axes)
 
     def set_confidence(self, confidence: float, parts: Any = None,

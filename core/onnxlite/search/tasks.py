@@ -111,7 +111,7 @@ def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
 
         judge = load_decoder_judge(config, reference, feeds, SessionSettings(**settings))
     else:
-            judge = Judge(reference, feeds, labels, config["metrics"], max_drop=config["budgets"] or None,
+        judge = Judge(reference, feeds, labels, config["metrics"], max_drop=config["budgets"] or None,
                       primary=config["primary"], settings=SessionSettings(**settings), batch_size=config["batch_size"])
     judge.confidence = config.get("confidence")
     judge.estimate_only = tuple(config.get("estimate_only") or ())
