@@ -38,13 +38,6 @@ TIMED_PAST = 128
 GENAI_FILES = ("genai_config.json", "generation_config.json", "chat_template.jinja")
 
 
-def has_cache_inputs(model: str | os.PathLike[str]) -> bool:
-    """An ONNX model that takes a KV cache (``past_key_values.*`` or ``past.*`` inputs)."""
-    from ..modelio import read_header
-
-    return any(i.name.startswith(("past_key_values", "past.")) for i in read_header(model).graph.input)
-
-
 def is_decoder_source(source: str, framework: str = "auto") -> bool:
     """Whether ``source`` is a causal LM that ``lighten`` judges by text (see the module's docstring)."""
     path = Path(source)
@@ -57,7 +50,9 @@ def is_decoder_source(source: str, framework: str = "auto") -> bool:
     model = path / "model.onnx" if path.is_dir() else path
     if model.suffix == ".onnx" and model.is_file():
         try:
-            return has_cache_inputs(model)
+            from ..graph_family import is_decoder
+
+            return is_decoder(model)
         except Exception:  # noqa: BLE001 - an unreadable model is the export's error to report, not ours
             return False
     return False

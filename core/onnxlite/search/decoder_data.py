@@ -55,6 +55,12 @@ def sampled_ids(model: Any, start: int, windows: int, length: int, seed: int) ->
     return ids.numpy().astype(np.int64)
 
 
+def _onnx_file(source: str) -> Path | str:
+    """An exported decoder's folder as its ``model.onnx`` (what the ONNX plugin loads); any other source as is."""
+    folder = Path(source)
+    return folder / "model.onnx" if folder.is_dir() and (folder / "model.onnx").is_file() else source
+
+
 def load_decoder_inputs(env: Env) -> Inputs:
     """The source loaded once, and the documents that calibrate and judge (read, not yet tokenized: the
     tokenizer is the export's)."""
@@ -65,8 +71,9 @@ def load_decoder_inputs(env: Env) -> Inputs:
 
     config = env.config
     env.emit("step", {"message": f"Loading {env.source}"})
-    loaded = load_for_export(env.source, config.framework, inputs=config.inputs, model_class=config.model_class,
-                             settings=env.settings, framework_options=config.framework_options)
+    loaded = load_for_export(str(_onnx_file(env.source)), config.framework, inputs=config.inputs,
+                             model_class=config.model_class, settings=env.settings,
+                             framework_options=config.framework_options)
     calibration_file = env.work / "calibration.npz"   # written once the export's tokenizer and cache are known
     if config.data is None and config.calibration is None:
         return Inputs(loaded, loaded.framework, loaded.input_specs,
@@ -95,8 +102,8 @@ def _export(env: Env, inputs: Inputs) -> Any:
     folder.mkdir()
     given = Path(env.source)
     publish_decoder_files(given if given.is_dir() else given.parent, folder, folder / "model.onnx")
-    return export(env.source, folder / "model.onnx", loaded=inputs.loaded, settings=env.settings, on_step=step,
-                  verify=False)
+    return export(_onnx_file(env.source), folder / "model.onnx", loaded=inputs.loaded, settings=env.settings,
+                  on_step=step, verify=False)
 
 
 def _windows(env: Env, inputs: Inputs, fp32: Path) -> tuple[Any, Any, str]:
