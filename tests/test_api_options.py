@@ -56,7 +56,7 @@ def test_run_quantize_refuses_an_unknown_keyword():
                         "batch_size", "seq_len", "seed"}),
     (BenchInputs, {"data", "data_options", "feeds", "seed"}),
     (ExportOptions, {"framework", "inputs", "model_class", "options", "framework_options", "samples", "atol",
-                     "rtol", "verify"}),
+                     "rtol", "verify", "decode_steps"}),
     (QuantizeRun, {"check", "check_data", "force", "target_runtime", "source_model"}),
 ])
 def test_the_records_are_frozen_and_hold_the_keywords_the_docs_name(record, fields):

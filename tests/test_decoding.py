@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from llm_models import greedy_reference, tiny_llama
@@ -15,11 +12,12 @@ PROMPTS = [[5, 9, 17, 33, 41, 7, 8], [12, 40, 3]]
 @pytest.fixture(scope="module")
 def builder_llama(tmp_path_factory):
     """A tiny LLaMA and onnxruntime-genai's fp32 build of it (GroupQueryAttention, right padded)."""
+    from onnxlite_plugins.frameworks.causal_lm import run_builder
+
     root = tmp_path_factory.mktemp("decoding")
     hf = tiny_llama(root / "hf")
     out = root / "onnx"
-    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(out),
-                    "-p", "fp32", "-e", "cpu", "-c", str(root / "cache")], check=True, capture_output=True)
+    run_builder(hf, out, root / "cache")   # onnxruntime-genai's own builder, in this process
     return hf, out
 
 

@@ -120,8 +120,8 @@ class GenerationResult:
             row(f"decode tok/s batch {b}", [fmt(r.decode_tokens_per_s.get(b)) for r in self.rows])
         row("peak RSS", [fmt_bytes(r.peak_rss_bytes) for r in self.rows])
         row("load s", [fmt(r.load_seconds, 2) for r in self.rows])
-        lines.append(f"decode: prompts of {self.plan.prompt_lengths[0]} tokens, {self.plan.new_tokens} new tokens "
-                     f"each; medians of {self.plan.rounds} interleaved rounds")
+        lines.append(f"decode: {self.plan.new_tokens} new tokens after {self.plan.prompt_lengths[0]}; "
+                     f"medians of {self.plan.rounds} interleaved rounds")
         return lines
 
 

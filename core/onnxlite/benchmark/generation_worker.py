@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 #: prompt ids are drawn below this (or the vocabulary, when smaller): real token ids, no special ones
@@ -18,19 +19,21 @@ PROMPT_ID_RANGE = 1000
 
 
 class GenerationWorker:
-    def __init__(self) -> None:
+    """``peak_rss`` reads the process's peak resident memory (the worker's own measure)."""
+
+    def __init__(self, peak_rss: Callable[[], int]) -> None:
         self.session: Any = None
         self.vocab = PROMPT_ID_RANGE
+        self.peak_rss = peak_rss
 
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         import onnxruntime  # noqa: F401 - imported before the baseline, so it isolates the model
 
         from ..decoding import DecoderSession
         from ..runtime import SessionSettings
-        from .worker import peak_rss_bytes
 
         settings = SessionSettings(**msg["settings"])
-        baseline = peak_rss_bytes()
+        baseline = self.peak_rss()
         start = time.perf_counter()
         self.session = DecoderSession(msg["model"], threads=settings.threads)
         load_seconds = time.perf_counter() - start

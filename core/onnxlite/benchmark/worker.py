@@ -152,7 +152,7 @@ def main() -> None:
     worker = Worker()
     from .generation_worker import GenerationWorker
 
-    generation = GenerationWorker()
+    generation = GenerationWorker(peak_rss_bytes)
     for line in sys.stdin:
         if not line.strip():
             continue

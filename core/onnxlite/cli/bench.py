@@ -98,16 +98,10 @@ def bench(models: tuple[Path, ...], runs: int, min_runs: int, seconds: float | N
 
 def _decoders(models: tuple[Path, ...]) -> bool:
     """Whether the models are decoders with a cache (all of them; a mix is a usage error)."""
-    from ..decoding import decoder_layout, model_file
     from ..errors import UsageError
+    from ..evaluation.decoder_run import is_onnx_decoder
 
-    found = []
-    for model in models:
-        file = model_file(model)
-        try:
-            found.append(file.is_file() and decoder_layout(file) is not None)
-        except Exception:  # noqa: BLE001 - not readable as a decoder: the latency path words the error
-            found.append(False)
+    found = [is_onnx_decoder(model) for model in models]
     if any(found) and not all(found):
         odd = next(m for m, f in zip(models, found) if not f)
         raise UsageError(f"{odd}: not a decoder with a key/value cache, as the others are; bench decoders "

@@ -244,7 +244,7 @@ def export_decoder(source: str | os.PathLike[str], output: str | os.PathLike[str
     from ..atomic import replace_dir, scratch_dir
     from ..decoding import decoder_layout
     from ..modelio import model_size
-    from .export import load_for_export
+    from .sources import load_source
 
     step = on_step or (lambda _message: None)
     source = str(source)
@@ -256,7 +256,7 @@ def export_decoder(source: str | os.PathLike[str], output: str | os.PathLike[str
         raise UsageError(NO_TOKENIZER.format(source=source))
     if loaded is None:
         step(f"Loading {source}")
-        loaded = load_for_export(source, framework)
+        loaded = load_source(source, framework)
     lm = getattr(loaded.model, "causal_lm", None)
     if lm is None:
         raise UsageError(f"{source}: not a causal language model; a folder output is for those "

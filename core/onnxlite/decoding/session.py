@@ -77,7 +77,11 @@ def _eos_set(eos_token_id: int | Sequence[int] | None) -> frozenset[int]:
 class DecoderSession:
     """A decoder ONNX model (a file or an exported folder) in onnxruntime, with its cache layout."""
 
-    def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None, providers: Any = None):
+    def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None, providers: Any = None,
+                 spinning: bool | None = None):
+        """``spinning=False`` stops onnxruntime's idle threads from spin-waiting between ops: on a CPU shared
+        with other work, spinning threads take turns from the ones computing, and decode (many short runs)
+        suffers most; ``None`` keeps onnxruntime's default."""
         import onnxruntime as ort
 
         from ..runtime import SessionSettings, create_session, session_options
@@ -91,10 +95,13 @@ class DecoderSession:
                              "attention_mask, past_key_values.N.key/value and outputs logits, present.N.key/value)")
         self.layout: DecoderLayout = layout
         settings = SessionSettings(threads=threads)
+        options = session_options(settings)
+        if spinning is not None:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
         if providers is None:
-            self.session = create_session(self.path, settings)
+            self.session = create_session(self.path, settings, options)
         else:
-            self.session = ort.InferenceSession(str(self.path), session_options(settings), providers=providers)
+            self.session = ort.InferenceSession(str(self.path), options, providers=providers)
         self._ort = ort
         self._output_names = ["logits", *layout.present_names]
         self._input_names = {i.name for i in self.session.get_inputs()}

@@ -164,13 +164,13 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
         raise UsageError("give at least one candidate ONNX model")
     if confidence is not None and not 0 < confidence < 1:
         raise UsageError(f"--confidence: expected a fraction between 0 and 1 (such as 0.95), got {confidence}")
-    from .decoder_compare import compare_decoders, is_decoder_compare
+    from .decoder_compare import DecoderRequest, is_decoder_compare
 
     paths = [str(c) for c in candidates]
     if is_decoder_compare(reference, paths):
-        return compare_decoders(reference, paths, data, metrics, max_drop, settings or SessionSettings(),
-                                primary=primary, confidence=confidence, progress=progress,
-                                data_options=how.data_options, samples=how.samples)
+        return _compare_decoders(reference, paths, DecoderRequest(data, metrics, max_drop, primary, how.data_options,
+                                                                  how.samples),
+                                 settings or SessionSettings(), confidence, progress)
     for c in candidates:
         # unreadable or invalid candidates (an unknown operator) stop us before any work, worded as quantize
         # and export word them; the header parse is shared with every later look at the file
@@ -206,6 +206,30 @@ def compare(reference: Any, candidates: Sequence[str | os.PathLike[str]] | str |
                          reference_size_bytes=ref_size, confidence=confidence,
                          unresolved={k: v.to_dict() for k, v in unresolved.items()}, notes=notes,
                          hardware=detect(settings.provider).to_dict())
+
+
+def _compare_decoders(reference: Any, candidates: list[str], request: Any, settings: SessionSettings,
+                      confidence: float | None, progress: Progress | None) -> CompareResult:
+    """:func:`compare` of decoder language models (:mod:`onnxlite.evaluation.decoder_compare`)."""
+    from ..decoding import model_file
+    from ..hardware import detect, measured_here
+    from .decoder_compare import decoder_judge, reference_size, score_decoder
+
+    say = progress or (lambda _msg: None)
+    judge = decoder_judge(reference, candidates, request, settings, say)
+    unresolved, notes = _set_confidence(judge, confidence)
+    results = []
+    for name, path in zip(_names(candidates), candidates):
+        say(f"scoring {name}")
+        results.append(score_decoder(judge, path, name))
+    measured = measured_here([str(model_file(c)) for c in candidates], settings.provider)
+    return CompareResult(reference=str(reference), framework=judge.framework, primary_metric=judge.primary,
+                         reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
+                         samples=judge.samples, data=judge.data_description,
+                         settings=settings.to_dict() | judge.settings_dict() | measured,
+                         reference_size_bytes=reference_size(reference), confidence=confidence,
+                         unresolved={k: v.to_dict() for k, v in unresolved.items()},
+                         notes=budget_notes(judge.budgets) + notes, hardware=detect(settings.provider).to_dict())
 
 
 #: a budget this large lets almost anything pass: ``--max-drop 1`` means 100%, not 1%

@@ -1,75 +1,84 @@
 """``compare`` for decoder language models: a :class:`DecoderJudge` on a corpus, one candidate after another.
 
-:func:`onnxlite.evaluation.compare.compare` hands over here when the
-candidates are decoders with a key/value cache (a folder with ``model.onnx``,
-or the file); the result is the same :class:`CompareResult`.
+:func:`onnxlite.evaluation.compare.compare` uses these when the candidates
+are decoders with a key/value cache (a folder with ``model.onnx``, or the
+file), and gives the same :class:`CompareResult` as for any model.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..runtime import SessionSettings
-    from .compare import CompareResult
-    from .judge import Progress
+    from .decoder_judge import DecoderJudge
+    from .judge import CandidateResult, Progress
 
 
 def is_decoder_compare(reference: Any, candidates: Sequence[str]) -> bool:
     """Whether this comparison is of decoder LMs: the first candidate is an ONNX decoder with a cache."""
-    from .decoder_run import _onnx_decoder
+    from .decoder_run import is_onnx_decoder
 
-    return bool(candidates) and _onnx_decoder(candidates[0])
+    return bool(candidates) and is_onnx_decoder(candidates[0])
 
 
-def compare_decoders(reference: Any, candidates: Sequence[str], data: Any, metrics: Sequence[str] | None,
-                     max_drop: Any, settings: SessionSettings, *, primary: str | None, confidence: float | None,
-                     progress: Progress | None, data_options: Any = None, samples: int | None = None) -> CompareResult:
-    """Each decoder candidate judged against ``reference`` on the corpus ``data``."""
+@dataclass(frozen=True)
+class DecoderRequest:
+    """What ``compare`` was asked, in the terms a decoder's judge takes."""
+
+    data: Any
+    metrics: Sequence[str] | None
+    max_drop: Any
+    primary: str | None
+    data_options: Any = None
+    samples: int | None = None
+
+
+def decoder_judge(reference: Any, candidates: Sequence[str], request: DecoderRequest, settings: SessionSettings,
+                  progress: Progress | None) -> DecoderJudge:
+    """Check every candidate is a decoder (and the reference one to judge them with), then run the reference."""
     from ..decoding import model_file
-    from ..hardware import detect, measured_here
-    from ..modelio import check_model, model_size
-    from .compare import CompareResult, _names, _set_confidence, budget_notes
+    from ..modelio import check_model
     from .decoder_judge import DecoderJudge, DecoderOptions
-    from .decoder_run import _onnx_decoder, is_decoder_source
+    from .decoder_run import is_decoder_source, is_onnx_decoder
 
     if not isinstance(reference, (str, os.PathLike)) or not is_decoder_source(reference):
         raise UsageError(f"{reference}: the candidates are decoder language models, and the reference is not one "
                          "(give the exported fp32 folder, or the transformers folder it was exported from)")
     for c in candidates:
-        if not _onnx_decoder(c):
+        if not is_onnx_decoder(c):
             raise UsageError(f"{c}: not a decoder with a key/value cache, as {candidates[0]} is; compare one kind "
                              "of model at a time")
         check_model(model_file(c))
-    options = DecoderOptions.from_data_options(data_options, samples=samples, threads=settings.threads)
-    say = progress or (lambda _msg: None)
-    judge = DecoderJudge.from_decoders(reference, data, candidates[0], metrics=metrics, max_drop=max_drop,
-                                       primary=primary, options=options, settings=settings, progress=say)
-    unresolved, notes = _set_confidence(judge, confidence)
-    notes = budget_notes(judge.budgets) + notes
-    results = []
-    for name, path in zip(_names(candidates), candidates):
-        say(f"scoring {name}")
-        outputs = judge.run_candidate(path)
-        result = _evaluate(judge, outputs, path, name)
-        line = judge.greedy_note(outputs)
-        if line:
-            result.notes.append(line)
-        results.append(result)
-    ref_file = model_file(reference)
-    ref_size = model_size(ref_file) if ref_file.is_file() and ref_file.suffix == ".onnx" else None
-    return CompareResult(reference=str(reference), framework=judge.framework, primary_metric=judge.primary,
-                         reference_metrics=judge.reference_scores, candidates=results, metrics=judge.metric_info(),
-                         samples=judge.samples, data=judge.data_description,
-                         settings=settings.to_dict() | judge.settings_dict()
-                         | measured_here([str(model_file(c)) for c in candidates], settings.provider),
-                         reference_size_bytes=ref_size, confidence=confidence,
-                         unresolved={k: v.to_dict() for k, v in unresolved.items()}, notes=notes,
-                         hardware=detect(settings.provider).to_dict())
+    options = DecoderOptions.from_data_options(request.data_options, samples=request.samples,
+                                               threads=settings.threads)
+    return DecoderJudge.from_decoders(reference, request.data, candidates[0], metrics=request.metrics,
+                                      max_drop=request.max_drop, primary=request.primary, options=options,
+                                      settings=settings, progress=progress)
+
+
+def score_decoder(judge: DecoderJudge, path: str, name: str) -> CandidateResult:
+    """One candidate decoder's verdict, with its greedy agreement in tokens among its notes."""
+    outputs = judge.run_candidate(path)
+    result = _evaluate(judge, outputs, path, name)
+    line = judge.greedy_note(outputs)
+    if line:
+        result.notes.append(line)
+    return result
+
+
+def reference_size(reference: Any) -> int | None:
+    """The reference's size when it is an ONNX decoder (a transformers folder has none)."""
+    from ..decoding import model_file
+    from ..modelio import model_size
+
+    file = model_file(reference)
+    return model_size(file) if file.is_file() and file.suffix == ".onnx" else None
 
 
 def _evaluate(judge: Any, outputs: Any, path: str, name: str) -> Any:

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 #: the order decoder metrics are listed in, the first being the headline one
 DECODER_ORDER = ("perplexity", "kl", "next_token_agreement", "greedy_agreement")
+#: what a classifier's metric is called on a decoder: top-1 agreement is teacher-forced next-token agreement
+ALIASES = {"top1_agreement": "next_token_agreement"}
 #: greedy prompts and continuations when the user names neither
 DEFAULT_PROMPT_TOKENS = 32
 DEFAULT_NEW_TOKENS = 32
@@ -85,9 +87,12 @@ class DecoderJudge(Judge):
     greedy_plan: GreedyPlan | None = None
     support: int = records.DEFAULT_SUPPORT
     vocab: int | None = None
+    threads: int | None = None
 
-    def resolve(self, requested: Sequence[str] | None) -> list[ResolvedMetric]:
-        return resolve_decoder_metrics(self.reference_outputs, requested)
+    @staticmethod
+    def bind(outputs: Mapping[str, Any], feeds: Any, labels: Any,   # type: ignore[override]
+             requested: Sequence[str] | None) -> list[ResolvedMetric]:
+        return resolve_decoder_metrics(outputs, requested)
 
     @classmethod
     def from_decoders(cls, reference: str | os.PathLike[str], data: Any,
@@ -107,6 +112,11 @@ class DecoderJudge(Judge):
 
         options = options or DecoderOptions()
         say = progress or (lambda _msg: None)
+        # metric names and budgets are checked before any work (the reference runs for minutes on a real model)
+        metrics, max_drop = _aliased_metrics(metrics), _aliased_budgets(max_drop)
+        early = resolve_decoder_metrics({records.NEXT_TOKEN: None, records.GREEDY: None}, metrics)
+        parse_budgets(max_drop, early, choose_primary(early, [primary] if primary else metrics))
+        wanted = [m.name for m in early]
         where = reference if has_tokenizer(model_folder(reference)) or candidate is None else candidate
         defaults = generation_defaults(where)
         if isinstance(data, CorpusWindows):
@@ -118,10 +128,6 @@ class DecoderJudge(Judge):
             windows = corpus_windows(documents, tokenizer, plan, source)
         if options.samples and len(windows) > options.samples:
             windows = windows.take(options.samples)
-        # metric names and budgets are checked before the reference runs (minutes on a real model)
-        early = resolve_decoder_metrics({records.NEXT_TOKEN: None, records.GREEDY: None}, metrics)
-        parse_budgets(max_drop, early, choose_primary(early, [primary] if primary else metrics))
-        wanted = [m.name for m in early]
         greedy = None
         if "greedy_agreement" in wanted:
             greedy = GreedyPlan(options.prompt_tokens, options.new_tokens, defaults.eos_token_id,
@@ -143,13 +149,14 @@ class DecoderJudge(Judge):
         del decoder
         return judge
 
-    threads: int | None = None
-
     def run_candidate(self, path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-        """The candidate decoder's records on the judge's windows and prompts, on the reference's support."""
+        """The candidate decoder's records on the judge's windows and prompts, on the reference's support; the
+        candidate runs on the judge's provider (the reference ran on the CPU)."""
+        from ..runtime import resolve_providers
         from .decoder_run import open_decoder, run_records
 
-        decoder = open_decoder(path, self.threads)
+        providers = resolve_providers(self.settings) if self.settings.provider != "cpu" else None
+        decoder = open_decoder(path, self.threads, providers)
         out = run_records(decoder, self.windows, self.greedy_plan, self.reference_outputs[records.NEXT_TOKEN])
         return {name: out[name] for name in self.reference_outputs}
 
@@ -175,6 +182,22 @@ class DecoderJudge(Judge):
         return (f"greedy: {float(np.mean(lengths)):.1f} of {plan.new_tokens} new tokens equal to the reference's "
                 f"before the first difference, mean over {len(lengths)} prompts of {plan.prompt_tokens} tokens "
                 f"(all {plan.new_tokens} on {int(np.sum(lengths == plan.new_tokens))})")
+
+
+def _aliased_metrics(metrics: Sequence[str] | None) -> list[str] | None:
+    return None if metrics is None else [ALIASES.get(m, m) for m in metrics]
+
+
+def _aliased_budgets(max_drop: Any) -> Any:
+    """``max_drop`` with :data:`ALIASES` spelt as the decoder metrics they stand for."""
+    from .metrics import budget_items
+
+    if max_drop is None:
+        return None
+    items = budget_items(max_drop)
+    if not any(key in ALIASES for key, _ in items):
+        return max_drop
+    return [value if key is None else f"{ALIASES.get(key, key)}={value}" for key, value in items]
 
 
 def _vocab(reference: Any, candidate: Any) -> int | None:

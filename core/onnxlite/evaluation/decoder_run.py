@@ -118,11 +118,14 @@ class TorchDecoder:
 def is_decoder_source(path: Any) -> bool:
     """A folder a judge can run as a decoder: an exported one (``model.onnx`` with a cache) or a transformers
     causal LM (``config.json`` and weights, no ``model.onnx``)."""
-    return _onnx_decoder(path) or _transformers_folder(path)
+    return is_onnx_decoder(path) or _transformers_folder(path)
 
 
-def _onnx_decoder(path: Any) -> bool:
-    from ..decoding import decoder_layout, model_file
+def is_onnx_decoder(path: Any) -> bool:
+    """An ONNX decoder with a cache: ``input_ids`` and ``past_key_values.0.key`` in, ``logits`` and
+    ``present.0.key`` out (read from the shared header parse, so asking costs no second parse)."""
+    from ..decoding import model_file
+    from ..modelio import read_header
 
     if not isinstance(path, (str, os.PathLike)):
         return False
@@ -130,9 +133,11 @@ def _onnx_decoder(path: Any) -> bool:
     if not file.is_file() or file.suffix != ".onnx":
         return False
     try:
-        return decoder_layout(file) is not None
+        graph = read_header(file).graph
     except Exception:  # noqa: BLE001 - an unreadable model is not a decoder; check_model words the error
         return False
+    inputs, outputs = {i.name for i in graph.input}, {o.name for o in graph.output}
+    return {"input_ids", "past_key_values.0.key"} <= inputs and {"logits", "present.0.key"} <= outputs
 
 
 def _transformers_folder(path: Any) -> bool:
@@ -142,10 +147,10 @@ def _transformers_folder(path: Any) -> bool:
     return folder.is_dir() and (folder / "config.json").is_file() and not (folder / "model.onnx").exists()
 
 
-def open_decoder(path: str | os.PathLike[str], threads: int | None = None) -> Decoder:
-    """The decoder at ``path``: an ONNX one, else a transformers folder."""
-    if _onnx_decoder(path):
-        return OnnxDecoder(path, threads)
+def open_decoder(path: str | os.PathLike[str], threads: int | None = None, providers: Any = None) -> Decoder:
+    """The decoder at ``path``: an ONNX one (on ``providers``, default the CPU), else a transformers folder."""
+    if is_onnx_decoder(path):
+        return OnnxDecoder(path, threads, providers)
     if _transformers_folder(path):
         return TorchDecoder(path, threads)
     raise UsageError(f"{path}: not a decoder language model (expected a folder with model.onnx and its key/value "

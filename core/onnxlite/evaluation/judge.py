@@ -181,7 +181,7 @@ class Judge:
         self.labels = labels
         self.settings = settings or SessionSettings()
         self.batch_size = max(1, int(batch_size))
-        self.metrics: list[ResolvedMetric] = self.resolve(metrics)
+        self.metrics: list[ResolvedMetric] = type(self).bind(self.reference_outputs, self.feeds, labels, metrics)
         self.primary = choose_primary(self.metrics, [primary] if primary else metrics)
         self.budgets = parse_budgets(max_drop, self.metrics, self.primary)
         self.reference_scores = {m.key: compute(m, self.reference_outputs[m.output], self.reference_outputs[m.output],
@@ -194,10 +194,6 @@ class Judge:
         self.estimate_only: tuple[str, ...] = ()
         #: more metric keys that get an interval (the continuous companion that ranks)
         self.extra_intervals: tuple[str, ...] = ()
-
-    def resolve(self, requested: Sequence[str] | None) -> list[ResolvedMetric]:
-        """The metrics bound to the reference's outputs (a decoder's judge binds its own)."""
-        return resolve_metrics(self.reference_outputs, self.feeds, self.labels, requested)
 
     @classmethod
     def from_reference(cls, reference: Any, data: Any = None, candidate: str | os.PathLike[str] | None = None, *,
@@ -265,6 +261,7 @@ class Judge:
         judge.reference_path = run.path
         return judge
 
+    bind = staticmethod(resolve_metrics)   # metrics bound to the outputs; a decoder's judge binds its own
     reference_name: str = "reference"
     framework: str = "onnx"
     data_description: str = ""
