@@ -5,7 +5,7 @@ on the same windows of gensim's ``lee_background.cor`` (prefill with an empty ca
 dequantized Q4_1 values: an asymmetric 4-bit grid of blocks of 32 can land on them exactly, so these figures
 flatter that scheme; a model whose weights were never quantized is the fair check of the general path.
 
-    python benchmarks/decoder_grid.py [--work DIR] [--windows 4] [--window 256] [--threads 2]
+    python benchmarks/decoder_grid.py [--work DIR] [--windows 4] [--window 256] [--threads 2] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ POINTS = (
      {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 4, "gather": "int4", "lm_head": "int8"}),
     ("rtn sym b32 l4, sensitive8=20, int4 table",
      {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 4, "gather": "int4", "sensitive8": 20}),
+    ("rtn sym b32 l0, int4 table", {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 0,
+                                    "gather": "int4"}),
+    ("rtn sym b32 l0, sensitive8=20, int4 table",
+     {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 0, "gather": "int4", "sensitive8": 20}),
     ("rtn 8-bit b128 l4, int8 table", {"bits": 8, "block_size": 128, "accuracy_level": 4, "gather": "int8"}),
 )
 
@@ -42,6 +46,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", default="", help="run only the schemes whose label contains this text")
     args = parser.parse_args()
     import onnxlite
 
@@ -54,6 +59,8 @@ def main() -> None:
           f"lee_background.cor; fp32 export {size(fp32) / 1e6:.1f} MB")
     print(f"{'scheme':<48} {'MB':>6} {'smaller':>7} {'ppl':>8} {'vs fp32':>8} {'KL':>8}")
     for index, (label, options) in enumerate(POINTS):
+        if args.only not in label:
+            continue
         out = args.work / f"grid{index}" / "model.onnx"
         start = time.perf_counter()
         onnxlite.quantize(fp32, out, strategy="weightonly", force=True, **options)

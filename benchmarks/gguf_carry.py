@@ -100,6 +100,27 @@ def compare(ref: list[np.ndarray], got: list[np.ndarray], chunks: list[np.ndarra
             "logit_scale": float(max(np.abs(r).max() for r in ref))}
 
 
+def decode_speed(models: dict[str, Path], threads: int, rounds: int = 3) -> dict[str, float]:
+    """Best decode tokens/s of each model over ``rounds`` interleaved runs (a 128-token prompt, 32 new tokens,
+    batch 1, through the cache)."""
+    import shutil
+
+    from onnxlite.decoding import DecoderSession
+
+    for path in models.values():
+        config = next(iter(models.values())).parent / "genai_config.json"
+        if not (path.parent / "genai_config.json").exists() and config.exists():
+            shutil.copy(config, path.parent / "genai_config.json")
+    sessions = {name: DecoderSession(path, threads=threads) for name, path in models.items()}
+    prompt = [[int(t) for t in np.random.default_rng(0).integers(100, 40000, size=128)]]
+    best = dict.fromkeys(models, 0.0)
+    for _ in range(rounds):
+        for name, session in sessions.items():
+            run = session.greedy(prompt, 33, eos_token_id=None, pad_token_id=0)
+            best[name] = max(best[name], run.decode_tokens / run.decode_seconds)
+    return best
+
+
 def size(model: Path) -> int:
     return sum(f.stat().st_size for f in model.parent.glob(model.name + "*"))
 
@@ -110,6 +131,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=6)
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--speed", action="store_true", help="also time decoding (interleaved, best of 3)")
     args = parser.parse_args()
     import onnxlite
 
@@ -120,8 +142,10 @@ def main() -> None:
     ref = score(fp32, chunks, args.threads)
     print(f"ISA {isa()}, {args.threads} threads; {args.windows} windows of {args.window} tokens of lee_background.cor")
     print(f"fp32 export: {size(fp32) / 1e6:.1f} MB")
+    carried = {}
     for level in (0, 4):
         out = args.work / f"gguf-level{level}" / "model.onnx"
+        carried[f"gguf level {level}"] = out
         start = time.perf_counter()
         result = onnxlite.quantize(fp32, out, strategy="gguf", gguf=str(gguf_file), accuracy_level=level, force=True)
         took = time.perf_counter() - start
@@ -132,6 +156,10 @@ def main() -> None:
         print(f"  perplexity {figures['ppl']:.4f} vs fp32 {figures['ppl_ref']:.4f} "
               f"({100 * (figures['ppl'] / figures['ppl_ref'] - 1):+.3f}%), KL {figures['kl']:.2e}, "
               f"max |logit diff| {figures['max_logit_diff']:.3g} (logits up to {figures['logit_scale']:.3g})")
+    if args.speed:
+        speeds = decode_speed({"fp32": fp32, **carried}, args.threads)
+        print("decode tokens/s (batch 1, 128-token prompt, best of 3 interleaved): "
+              + ", ".join(f"{name} {value:.1f}" for name, value in speeds.items()))
 
 
 if __name__ == "__main__":

@@ -55,30 +55,37 @@ def node_weight(path, node) -> np.ndarray:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tie", [False, True])
-def test_carry_is_exact(carried, tmp_path, tie):
+@pytest.mark.parametrize("tie,q4_1", [(False, "split"), (True, "split"), (False, "zero_point"),
+                                      (True, "zero_point")])
+def test_carry_is_exact(carried, tmp_path, tie, q4_1):
     model, gguf_file = carried[tie]
     out = with_config(model, tmp_path / "carried")
-    result = onnxlite.quantize(model, out, strategy="gguf", gguf=str(gguf_file), accuracy_level=0)
+    result = onnxlite.quantize(model, out, strategy="gguf", gguf=str(gguf_file), accuracy_level=0, q4_1=q4_1)
     assert result.details["carried"] == {"Q4_0": 2, "Q4_1": PROJECTIONS - 3, "Q8_0": 1}
     proto = onnx.load(str(out), load_external_data=False)
     nodes = [n for n in proto.graph.node if n.op_type == "MatMulNBits"]
-    assert len(nodes) == PROJECTIONS and not [n for n in proto.graph.node if n.op_type == "MatMul"
-                                              and len(n.input) > 1 and "weight" in n.input[1]]
+    assert len(nodes) == PROJECTIONS
     bits = {n.name: helper.get_attribute_value(next(a for a in n.attribute if a.name == "bits")) for n in nodes}
     assert bits.pop("/lm_head/MatMul_Q8") == 8 and set(bits.values()) == {4}
     assert [n.op_type for n in proto.graph.node].count("GatherBlockQuantized") == 1   # the table, tied or not
-    # each node computes the fp32 export's weight (the file's dequantized values): Q4_0/Q8_0 bit for bit,
-    # Q4_1 (a float zero point) to float32 rounding
+    # each node computes the fp32 export's weight (the file's dequantized values): Q4_0/Q8_0 bit for bit, Q4_1
+    # (symmetric blocks plus a float offset per block, or a float zero point) to float32 rounding
     fp32 = onnx.load(str(model))
     weights = {i.name: numpy_helper.to_array(i) for i in fp32.graph.initializer}
+    written = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(out)).graph.initializer}
+    assert not [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in weights]   # all carried
+    split = 0
     for node in nodes:
         source = node.input[1].rsplit("_gguf_", 1)[0]
         got, want = node_weight(out, node), weights[source]
-        float_zero_points = len(node.input) > 3   # Q4_1; Q4_0 and Q8_0 take the kernel's default zero point
-        limit = 2 * np.finfo(np.float32).eps * np.abs(want).max() if float_zero_points else 0.0
+        offsets = written.get(f"{source}_gguf_offsets")
+        if offsets is not None:          # [K/32, N]: one offset per block of 32 along K
+            got, split = got + np.repeat(offsets, 32, axis=0), split + 1
+        rounded = offsets is not None or len(node.input) > 3   # Q4_0 and Q8_0 take the kernel's default zero point
+        limit = 2 * np.finfo(np.float32).eps * np.abs(want).max() if rounded else 0.0
         assert np.abs(got - want).max() <= limit, node.name
-    assert 0 < result.details["weight_max_abs_diff"] <= 2 * np.finfo(np.float32).eps
+    assert split == (PROJECTIONS - 3 if q4_1 == "split" else 0)
+    assert result.details["weight_max_abs_diff"] <= 2 * np.finfo(np.float32).eps
     feed = token_windows()
     ref, got = prefill_logits(model, feed), prefill_logits(out, feed)
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()

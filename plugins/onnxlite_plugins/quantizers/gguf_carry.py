@@ -12,14 +12,16 @@ them to a new 4-bit grid loses what the file's own grid kept.  This strategy rea
 * **Q4_0** (a float16 scale per 32, ``w = (q - 8) * d``) is MatMulNBits' symmetric 4-bit form: no zero
   points, the kernel's default is 8.  Exact.
 * **Q8_0** (``w = q * d``, int8 q) is 8-bit MatMulNBits with ``q + 128`` and the default zero point 128.  Exact.
-* **Q4_1** (scale and minimum per 32, ``w = q * d + m``) needs the zero point ``-m / d``, not an integer in
-  general, so it is stored as a float zero point (MatMulNBits takes them in the scales' type).  The weight
-  the kernel computes, ``(q - zp) * d``, differs from ``q * d + m`` by float32 rounding only (the figure is in
-  the details).  With float zero points onnxruntime's CPU kernel computes in float: ``accuracy_level`` 4
-  then has no effect on those nodes (Q4_0 and Q8_0 nodes take it).
+* **Q4_1** (scale and minimum per 32, ``w = q * d + m``): its zero point ``-m / d`` is not an integer in general,
+  and MatMulNBits' float zero points run a slow float path on the CPU.  So (``q4_1=split``, the default) the
+  weight is split exactly, ``q * d + m = (q - 8) * d + (m + 8d)``: symmetric 4-bit MatMulNBits of the file's
+  ``q`` and ``d`` (the fast path), plus ``(x summed per block of 32) @ offsets`` by two small float MatMuls.
+  ``q4_1=zero_point`` stores float zero points instead (the kernel's ``(q - zp) * d`` differs from
+  ``q * d + m`` by float32 rounding; ``accuracy_level`` then has no effect on those nodes).
 * The embedding table: a tied one (the builder's ``Transpose`` of the LM head) reads the LM head's blocks
   through ``GatherBlockQuantized``; a separate one becomes ``GatherBlockQuantized`` itself (Q4_0, Q8_0).
-  Q4_1 tables stay float (GatherBlockQuantized takes integer zero points), said in the notes.
+  Q4_1 tables (and a tied split Q4_1 head) stay float: GatherBlockQuantized takes integer zero points and no
+  offsets.  Said in the notes.
 
 Any other block format in the file (k-quants, IQ, Q5, ...) is refused in one line naming the format and the
 tensor; float tensors (norms, an F16/F32 weight) leave their nodes float.
@@ -120,9 +122,10 @@ def match_rows(rows: GGUFRows, matrix: Any) -> Match | str:
     return Match("Q4_1" if "Q4_1" in kset else kinds[0], tuple(blocks), tuple(kinds))
 
 
-def to_nbits(match: Match) -> dict[str, Any]:
+def to_nbits(match: Match, split: bool = True) -> dict[str, Any]:
     """One weight's blocks (rows of ``K/32`` blocks) as MatMulNBits' packed weight, scales and zero points, with
-    the weight ``[N, K]`` the kernel computes from them (``implied``)."""
+    the weight ``[N, K]`` computed from them (``implied``).  Q4_1 with ``split``: symmetric blocks plus
+    ``offsets`` ``[N, K/32]`` (``m + 8d``, added by a small float MatMul); without: float zero points."""
     import numpy as np
 
     if match.qtype == "Q8_0":
@@ -137,9 +140,13 @@ def to_nbits(match: Match) -> dict[str, Any]:
                   for i, (b, k) in enumerate(zip(blocks, match.kinds))])
     qs = np.stack([b[:, -16:] for b in blocks])
     q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)            # GGUF: low nibbles first, then high ones
-    zero = None
+    zero = offsets = None
     if match.qtype == "Q4_0":
         implied = (q.astype(np.float32) - 8) * d[..., None]
+    elif split:
+        # q * d + m = (q - 8) * d + (m + 8d): the symmetric blocks MatMulNBits runs fast, plus an offset per block
+        offsets = (m + 8 * d).astype(np.float32)
+        implied = (q.astype(np.float32) - 8) * d[..., None] + offsets[..., None]
     else:
         flat = d == 0                                            # a constant block: w = m, as (1 - 0) * m
         q = np.where(flat[..., None], 1, q).astype(np.uint8)
@@ -147,7 +154,7 @@ def to_nbits(match: Match) -> dict[str, Any]:
         zero = zero.astype(np.float32)
         implied = (q.astype(np.float32) - zero[..., None]) * d[..., None]
     packed = (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
-    return {"bits": 4, "packed": packed, "scales": d, "zero_points": zero,
+    return {"bits": 4, "packed": packed, "scales": d, "zero_points": zero, "offsets": offsets,
             "implied": implied.reshape(len(match.rows), -1)}
 
 
@@ -173,7 +180,9 @@ class GGUFQuantizer:
         tied = tied_table(proto, head)
         inits = {i.name: i for i in proto.graph.initializer}
         nodes = {n.name: n for n in proto.graph.node}
+        split = options["q4_1"] == "split"
         carried: dict[str, int] = {}
+        kinds: dict[str, str] = {}
         left: dict[str, str] = {}
         worst = 0.0
         for name in found["eligible"]:
@@ -183,7 +192,8 @@ class GGUFQuantizer:
             if isinstance(got, str):
                 left[name] = got
                 continue
-            block = to_nbits(got)
+            block = to_nbits(got, split)
+            kinds[name] = got.qtype
             worst = max(worst, float(np.abs(block["implied"].T - weight).max()))
             self._replace(proto, node, weight.shape, block, level)
             carried[got.qtype] = carried.get(got.qtype, 0) + 1
@@ -194,10 +204,15 @@ class GGUFQuantizer:
         notes = [f"carried {sum(carried.values())} MatMul(s) from {Path(path).name} as they are, no second rounding: "
                  + ", ".join(f"{k} {v}" for k, v in sorted(carried.items()))]
         if "Q4_1" in carried:
-            notes.append(f"Q4_1 as float zero points (-min/scale): the kernel computes those in float; weights "
-                         f"within {worst:.2g} of the file's")
+            notes.append(("Q4_1 as symmetric blocks plus a float offset per block (m + 8d, one small MatMul)"
+                          if split else "Q4_1 as float zero points (-min/scale): the kernel computes those in float")
+                         + f"; weights within {worst:.2g} of the file's")
         notes += [f"left float: {n} ({why})" for n, why in list(left.items())[:3]]
-        table = self._table(proto, rows, tied, head, found, notes)
+        split_head = split and kinds.get(head or "") == "Q4_1"   # its blocks alone miss the offsets
+        table = self._table(proto, rows, None if split_head else tied, head, found, notes)
+        if split_head and tied is not None:
+            notes.append("tied embedding table stays float: the Q4_1 LM head's blocks need their offsets")
+            table = "float"
         used = {i for n in proto.graph.node for i in n.input}
         for init in [i for i in proto.graph.initializer if i.name not in used]:
             proto.graph.initializer.remove(init)
@@ -224,6 +239,8 @@ class GGUFQuantizer:
 
     @staticmethod
     def _replace(proto, node, shape, block: dict[str, Any], level: int) -> None:
+        """``node`` as MatMulNBits on the carried blocks; split Q4_1 adds ``(x summed per block) @ offsets``."""
+        import numpy as np
         from onnx import helper, numpy_helper
 
         k, n = (int(d) for d in shape)
@@ -237,11 +254,28 @@ class GGUFQuantizer:
         attrs: dict[str, Any] = {"K": k, "N": n, "bits": block["bits"], "block_size": BLOCK}
         if level:
             attrs["accuracy_level"] = level
-        new = helper.make_node("MatMulNBits", [node.input[0]] + [i.name for i in inits], list(node.output),
-                               name=f"{node.name}_Q{block['bits']}", domain="com.microsoft", **attrs)
+        out = node.output[0]
+        offsets = block.get("offsets")
+        new = [helper.make_node("MatMulNBits", [node.input[0]] + [i.name for i in inits],
+                                [out if offsets is None else f"{out}_blocks"], name=f"{node.name}_Q{block['bits']}",
+                                domain="com.microsoft", **attrs)]
+        if offsets is not None:
+            names = {i.name for i in proto.graph.initializer}
+            ones = f"gguf_block_sums_{k}"
+            if ones not in names:   # [K, K/32]: sums each block of 32 inputs (shared by every node of this K)
+                proto.graph.initializer.append(numpy_helper.from_array(
+                    np.kron(np.eye(k // BLOCK, dtype=np.float32), np.ones((BLOCK, 1), dtype=np.float32)), ones))
+            sums = f"{node.input[0]}_gguf_block_sums"
+            if not any(sums in x.output for x in proto.graph.node):   # once per input (gate and up share it)
+                new.insert(0, helper.make_node("MatMul", [node.input[0], ones], [sums], name=f"{sums}/MatMul"))
+            table = numpy_helper.from_array(np.ascontiguousarray(offsets.reshape(n, -1).T), f"{base}_gguf_offsets")
+            proto.graph.initializer.append(table)
+            new += [helper.make_node("MatMul", [sums, table.name], [f"{out}_offsets"], name=f"{node.name}_offsets"),
+                    helper.make_node("Add", [f"{out}_blocks", f"{out}_offsets"], [out], name=f"{node.name}_add")]
         index = list(proto.graph.node).index(node)
         proto.graph.node.remove(node)
-        proto.graph.node.insert(index, new)
+        for offset, made in enumerate(new):
+            proto.graph.node.insert(index + offset, made)
 
     @staticmethod
     def _table(proto, rows: GGUFRows, tied, head: str | None, found, notes: list[str]) -> str:
@@ -261,7 +295,7 @@ class GGUFQuantizer:
             gather = next(n for n in proto.graph.node if n.name == name)
             table = numpy_helper.to_array(inits[gather.input[0]]).astype(np.float32)
             got = match_rows(rows, table)
-            if isinstance(got, str) or got.qtype == "Q4_1":
+            if isinstance(got, str) or got.qtype == "Q4_1":   # GatherBlockQuantized: integer zero points only
                 why = got if isinstance(got, str) else "Q4_1: GatherBlockQuantized takes integer zero points"
                 notes.append(f"embedding table {name} stays float ({why})")
                 return "float"
@@ -295,8 +329,11 @@ def register_quantizers():
             needs_calibration=False,
             options=(
                 Option("gguf", str, "", "The GGUF file the model was loaded from (its blocks are carried)."),
-                Option("accuracy_level", int, 4, "Compute type for Q4_0/Q8_0 nodes: 0 unset (float), 4 int8 "
-                                                 "activations (llama.cpp's way; Q4_1 nodes compute in float)."),
+                Option("accuracy_level", int, 4, "Compute type: 0 unset (float), 4 int8 activations (llama.cpp's "
+                                                 "way)."),
+                Option("q4_1", str, "split", "Q4_1 blocks as symmetric blocks plus a float offset per block "
+                                             "(split: fast) or as float zero points (zero_point: onnxruntime's "
+                                             "slow float path).", choices=("split", "zero_point")),
             ),
             output_format="int4",
             skip_reason=lambda model: "needs the GGUF file the model was loaded from: name it with "
