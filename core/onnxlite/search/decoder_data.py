@@ -99,11 +99,21 @@ def _export(env: Env, inputs: Inputs) -> Any:
     if inputs.framework != "onnx":
         return export(env.source, folder, opset=config.opset, exporter=config.exporter, loaded=inputs.loaded,
                       settings=env.settings, on_step=step)
+    import shutil
+
+    from ..conversion.export import ExportResult
+    from ..modelio import external_data_files, model_size, read_header
+
     folder.mkdir()
-    given = Path(env.source)
-    publish_decoder_files(given if given.is_dir() else given.parent, folder, folder / "model.onnx")
-    return export(_onnx_file(env.source), folder / "model.onnx", loaded=inputs.loaded, settings=env.settings,
-                  on_step=step, verify=False)
+    model = Path(_onnx_file(env.source))
+    publish_decoder_files(model.parent, folder, folder / "model.onnx")
+    for path in [model, *external_data_files(model)]:   # copied as they are: the source is the reference
+        shutil.copy2(path, folder / Path(path).name)
+    header = read_header(folder / "model.onnx")
+    opset = next((int(o.version) for o in header.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return ExportResult(path=folder / "model.onnx", source=env.source, framework="onnx", exporter="copy",
+                        opset=opset, inputs=[i.name for i in header.graph.input],
+                        outputs=[o.name for o in header.graph.output], size_bytes=model_size(folder / "model.onnx"))
 
 
 def _windows(env: Env, inputs: Inputs, fp32: Path) -> tuple[Any, Any, str]:
