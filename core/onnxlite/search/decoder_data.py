@@ -142,7 +142,8 @@ def _windows(env: Env, inputs: Inputs, fp32: Path) -> tuple[Any, Any, str]:
                               plan, "sampled", SAMPLED_CALIBRATION, SAMPLED_CALIBRATION * length)
         return held, calib, f"judged on {what}; calibrated on {SAMPLED_CALIBRATION} other sampled windows"
     tokenizer = load_tokenizer(fp32.parent)
-    plan = plan_windows(options.window or SEARCH_WINDOW, options.stride, defaults.context_length)
+    window = options.window or min(SEARCH_WINDOW, defaults.context_length or SEARCH_WINDOW)
+    plan = plan_windows(window, options.stride, defaults.context_length)
     source = str(config.data or config.calibration)
     judged = spread(corpus_windows(data.held_out, tokenizer, plan, source), SEARCH_WINDOWS)
     calibrating = spread(corpus_windows(data.calibration, tokenizer, plan, str(config.calibration or source)),
