@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .graph_family import PAST_PREFIXES
+from .graph_family import PAST_PREFIXES, is_decoder
 
 
 def _producers(proto: Any) -> dict[str, Any]:
@@ -86,3 +86,11 @@ def with_empty_past(proto: Any, feeds: Iterable[Mapping[str, Any]]) -> list[dict
                 out[spec.name] = np.asarray(feed[spec.name])
         done.append(out)
     return done
+
+
+def window_specs(proto: Any, specs: list[Any]) -> list[Any]:
+    """The input specs data must hold: a decoder's without its cache and positions (token windows; the strategy
+    completes them with :func:`with_empty_past`), anything else's unchanged."""
+    if not is_decoder(proto):
+        return specs
+    return [s for s in specs if not s.name.startswith(PAST_PREFIXES) and s.name != "position_ids"]

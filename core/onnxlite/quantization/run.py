@@ -152,14 +152,10 @@ def _load_calibration(spec: QuantizerSpec, model: Path, proto: onnx.ModelProto, 
         # a Dataset (lighten's tasks load it on the judge's sample axes) reaches the strategy as a path would
         return CalibrationData(calibration) if isinstance(calibration, Dataset) else calibration
     from ..data import load_data
-    from ..graph_family import PAST_PREFIXES, is_decoder
+    from ..decoder_inputs import window_specs
     from ..inputs import specs_from_onnx
 
-    specs = specs_from_onnx(proto)
-    if is_decoder(proto):
-        # a decoder calibrates on token windows: its cache starts empty and positions follow the mask,
-        # which the strategy fills in (the data holds input_ids and attention_mask)
-        specs = [s for s in specs if not s.name.startswith(PAST_PREFIXES) and s.name != "position_ids"]
+    specs = window_specs(proto, specs_from_onnx(proto))   # a decoder calibrates on token windows
     return CalibrationData(load_data(calibration, specs, dict(calibration_options or {})))
 
 

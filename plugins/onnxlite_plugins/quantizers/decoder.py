@@ -21,6 +21,7 @@ from typing import Any
 
 from onnxlite.decoder_inputs import with_empty_past
 from onnxlite.graph_family import PAST_PREFIXES, is_decoder
+from onnxlite.ops import MATMUL_OPS
 
 __all__ = ["PAST_PREFIXES", "is_decoder", "lm_head", "tied_table", "share_tied_table", "with_empty_past",
            "weight_error_ranking", "odd_block_nodes"]
@@ -46,7 +47,7 @@ def lm_head(proto, eligible: Iterable[str]) -> str | None:
         seen.add(id(node))
         if node.op_type == "MatMul" and node.name in eligible:
             return str(node.name)
-        if node.op_type in ("MatMul", "MatMulNBits", "Gemm"):
+        if node.op_type in MATMUL_OPS:
             continue     # another projection before the logits: not a plain LM head
         frontier.extend(node.input)
     return None

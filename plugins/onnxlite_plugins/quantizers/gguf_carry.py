@@ -234,7 +234,7 @@ class GGUFQuantizer:
         import importlib.util
 
         if importlib.util.find_spec("gguf") is None:
-            raise UsageError("--strategy gguf needs the gguf package: pip install gguf")
+            raise UsageError("--strategy gguf needs the gguf package: pip install 'onnxlite[gguf]'")
         return path
 
     @staticmethod
@@ -324,7 +324,7 @@ def register_quantizers():
                         "rounding), for a model loaded from that file: --option gguf=FILE.",
             factory=GGUFQuantizer,
             requires=("onnxruntime", "onnx", "gguf"),
-            install="gguf",
+            install="onnxlite[gguf]",
             applies_to=("decoder",),
             needs_calibration=False,
             options=(
