@@ -271,8 +271,6 @@ class Judge:
     output_axes: Mapping[str, int | None] = {}
     #: the most samples the model takes at once (a fixed batch axis), or None
     batch_cap: int | None = None
-    #: what the benchmarks time instead of the first samples (a decoder's one decode step), or None
-    timing_feeds: Mapping[str, np.ndarray] | None = None
 
     @property
     def samples(self) -> int:
@@ -281,12 +279,9 @@ class Judge:
         return count_rows(self.feeds, self.batch_axes) if self.feeds else 0
 
     def first_feeds(self, count: int) -> dict[str, np.ndarray]:
-        """The first ``count`` samples' feeds, each input cut on its own sample axis (for benchmarks), or the
-        :attr:`timing_feeds` when set."""
+        """The first ``count`` samples' feeds, each input cut on its own sample axis (for benchmarks)."""
         from ..data.dataset import take_rows
 
-        if self.timing_feeds is not None:
-            return dict(self.timing_feeds)
         return take_rows(self.feeds, 0, count, self.batch_axes)
 
     def set_confidence(self, confidence: float, parts: Any = None,
