@@ -6,7 +6,7 @@ import json
 import statistics
 
 import pytest
-from judge_decoders import builder_decoder, perturbed_copy
+from decoder_models import builder_decoder, perturbed_copy
 from llm_models import tiny_llama
 
 

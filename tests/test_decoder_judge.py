@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from judge_decoders import decoder_pair, word_corpus
+from decoder_models import decoder_pair, word_corpus
 
 from onnxlite.errors import UsageError
 

@@ -149,6 +149,13 @@ class DecoderJudge(Judge):
         del decoder
         return judge
 
+    #: the decode step the benchmarks time instead of the first windows (``lighten`` sets it), or None
+    timing_feeds: Mapping[str, np.ndarray] | None = None
+
+    def first_feeds(self, count: int) -> dict[str, np.ndarray]:
+        """The decode step to time (:attr:`timing_feeds`), else the first ``count`` samples' feeds."""
+        return dict(self.timing_feeds) if self.timing_feeds is not None else super().first_feeds(count)
+
     def run_candidate(self, path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         """The candidate decoder's records on the judge's windows and prompts, on the reference's support; the
         candidate runs on the judge's provider (the reference ran on the CPU)."""

@@ -87,6 +87,9 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
               "batch_axes": dict(judge.batch_axes), "output_axes": dict(judge.output_axes),
               "parts": {"select": list(judge.parts.select), "confirm": list(judge.parts.confirm)}
               if judge.parts and whole else None}
+    from .decoder_tasks import saved_fields
+
+    config |= saved_fields(judge)   # a decoder's judge: what rebuilds it beside its records
     (folder / "judge.json").write_text(json.dumps(config, indent=2))
     return folder
 
@@ -102,8 +105,14 @@ def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
         reference = {n: npz[f"ref_{i}"] for i, n in enumerate(config["outputs"])}
         feeds = {n: npz[f"in_{i}"] for i, n in enumerate(config["inputs"])}
         labels = npz["labels"] if "labels" in npz.files else None
-    judge = Judge(reference, feeds, labels, config["metrics"], max_drop=config["budgets"] or None,
-                  primary=config["primary"], settings=SessionSettings(**settings), batch_size=config["batch_size"])
+    judge: Judge
+    if config.get("decoder"):
+        from .decoder_tasks import load_decoder_judge
+
+        judge = load_decoder_judge(config, reference, feeds, SessionSettings(**settings))
+    else:
+        judge = Judge(reference, feeds, labels, config["metrics"], max_drop=config["budgets"] or None,
+                      primary=config["primary"], settings=SessionSettings(**settings), batch_size=config["batch_size"])
     judge.confidence = config.get("confidence")
     judge.estimate_only = tuple(config.get("estimate_only") or ())
     judge.extra_intervals = tuple(config.get("extra_intervals") or ())

@@ -123,15 +123,29 @@ def _charts(report: Report, palette: dict[str, str]) -> str:
         return ""
     size = tradeoff_svg(report, "size", palette)
     latency = tradeoff_svg(report, "latency", palette)
+    speed = "decode tokens/s" if _decoder(report) else "latency"
     legend = "".join(f'<span><span class="dot" style="background:{palette[s]}"></span>{escape(s)}</span>'
                      for s in palette if any(r.status == s for r in report.rows))
-    return (f'<section class="card chart"><h2>Trade-off: {escape(primary)} drop against size and latency</h2>'
+    return (f'<section class="card chart"><h2>Trade-off: {escape(primary)} drop against size and {speed}</h2>'
             f'<div class="charts">{size}{latency}</div><div class="legend">{legend}</div>'
             '<div class="caption">Each point is a candidate, numbered as in the table; the bar above it reaches '
             "the upper confidence bound of its drop. The dashed line is the budget: below it is within budget. "
             "The solid line is no drop. Rejected candidates are never benchmarked, so only the size chart has "
             "them; a triangle on the top edge marks a drop beyond the drawn range, with its figure beside it, and an "
             "arrow head a bound beyond it (hover a point for its figures).</div></section>")
+
+
+def _decoder(report: Report) -> bool:
+    """A language model's search: its speed is one decode step's, drawn as tokens/s (faster to the right)."""
+    return bool(report.settings.get("decoder"))
+
+
+def _speed(report: Report, row: ModelRow) -> float | None:
+    """The speed axis's value: p50 ms, or decode tokens/s (one new token per timed step) for a decoder."""
+    p50 = _p50(row)
+    if not _decoder(report):
+        return p50
+    return 1000.0 / p50 if p50 else None
 
 
 def _drop(report: Report, row: ModelRow, key: str) -> tuple[float | None, float | None]:
@@ -161,11 +175,12 @@ def tradeoff_svg(report: Report, axis: str, palette: dict[str, str], width: int 
     unit, scale = ("MB", 1024**2) if sizes and max(sizes) >= 1024**2 else ("KB", 1024)
     points = []
     for index, row in enumerate(report.rows):
-        x = (row.size_bytes / scale if row.size_bytes else None) if axis == "size" else _p50(row)
+        x = (row.size_bytes / scale if row.size_bytes else None) if axis == "size" else _speed(report, row)
         drop, upper = _drop(report, row, key)
         if x is not None and drop is not None and math.isfinite(drop):
             points.append((index, row, float(x), float(drop), upper))
-    title = f"size on disk ({unit})" if axis == "size" else "latency p50 (ms)"
+    speed_title = "decode tokens/s (batch 1)" if _decoder(report) else "latency p50 (ms)"
+    title = f"size on disk ({unit})" if axis == "size" else speed_title
     if not points:
         return f'<p class="caption">No candidate has both a {escape(title)} and a drop.</p>'
     low, high = _y_range(budget, points)
@@ -234,7 +249,7 @@ def tradeoff_svg(report: Report, axis: str, palette: dict[str, str], width: int 
         elif row.status in {"winner", "reference"}:
             text += f" {_short(row.name)}"
         labels.append(_place(text, cx, cy, boxes, (ml, mt, ml + pw, mt + ph)))
-        unit_text = unit if axis == "size" else "ms"
+        unit_text = unit if axis == "size" else "tok/s" if _decoder(report) else "ms"
         bound = f", bound {upper:.4g}" if upper is not None else ""
         tip = f"{index}. {row.name} ({row.status}): {x:.3g} {unit_text}, drop {drop:.4g}{bound}"
         out.append(f'<g class="point" data-name="{escape(row.name)}" data-status="{escape(row.status)}">'

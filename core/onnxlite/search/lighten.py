@@ -85,9 +85,9 @@ def lighten(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] |
     return run(source, output_dir, LightenConfig.build(config, **options))
 
 
-def _checked(config: LightenConfig, emit: Any) -> tuple[LightenConfig, Recipe | None]:
-    """``config`` with the recipe's settings filled in and the defaults resolved, its budget and objective
-    checked before any work."""
+def _checked(config: LightenConfig, emit: Any, decoder: bool = False) -> tuple[LightenConfig, Recipe | None]:
+    """``config`` with the recipe's settings filled in and the defaults resolved (a ``decoder``'s own:
+    :func:`onnxlite.search.decoder.decoder_config`), its budget and objective checked before any work."""
     from ..evaluation.metrics import check_budget_values
     from ..runtime import SessionSettings
 
@@ -98,6 +98,13 @@ def _checked(config: LightenConfig, emit: Any) -> tuple[LightenConfig, Recipe | 
 
         chosen = read_recipe(config.recipe)
         config = replay(chosen, config, emit)
+    if decoder:
+        from .decoder import DEFAULT_BUDGET, decoder_config
+
+        if config.max_drop is None:
+            emit("note", {"message": f"no --max-drop: the budget is {DEFAULT_BUDGET} (perplexity at most 5% "
+                                     "above the fp32 export's)"})
+        config = decoder_config(config)
     max_drop = DEFAULT_MAX_DROP if config.max_drop is None else config.max_drop
     check_budget_values(max_drop)
     objective = config.objective or "latency"
@@ -126,7 +133,10 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
     out = Path(output_dir if output_dir is not None else f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
     if out.exists() and not config.force and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
-    config, chosen = _checked(config, emit)
+    from .decoder import is_decoder_source
+
+    decoder = is_decoder_source(source, config.framework)   # judged by text, timed by decode steps
+    config, chosen = _checked(config, emit, decoder)
     settings = config.settings
     assert settings is not None   # _checked fills it in
     resolve_providers(settings)  # an unavailable provider fails before any work
@@ -137,11 +147,18 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
     with scratch_dir(out) as work, contextlib.closing(runner):
         env = Env(source, work, settings, emit, runner, isa, runtime_compat.target_or_none(config.target_runtime),
                   config)
-        inputs = load_inputs(env)
-        ref = export_reference(env, inputs)
+        if decoder:
+            from .decoder_data import decoder_reference, load_decoder_inputs
+
+            inputs = load_decoder_inputs(env)
+            ref = decoder_reference(env, inputs)
+        else:
+            inputs = load_inputs(env)
+            ref = export_reference(env, inputs)
         cache_dir = Path(config.cache_dir) if config.cache_dir is not None else None
         trials = make_context(runner, emit, ref.fp32, inputs.calibration_file, settings.to_dict(), cache_dir,
                               config.cache and chosen is None, budget)
+        trials.prune = not decoder   # a decoder's judge scores windows, not a few samples of outputs
         search = _Search(env, inputs, ref, trials)
         if chosen is not None:
             search.candidates = [recipe_candidate(chosen, inputs.calibration_for)]
@@ -162,9 +179,14 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
                     search.later = search.later.with_skipped("the last resort")
             search.benchmark(config.batch, config.runs)
         result = search.finish(out, chosen)
+        if decoder:
+            from .decoder import finish_result
+
+            finish_result(result, ref.judge.first_feeds(1))
         account(trials, search.later, result, emit)
         result.seconds = round(time.perf_counter() - started, 1)
-        publish(result, out, work, search.recipe(result), source, env.target, isa)
+        publish(result, out, work, search.recipe(result), source, env.target, isa,
+                beside=ref.fp32.parent if decoder else None)
     emit("done", {"message": result.message})
     return result
 

@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
 
 def publish(result: LightenResult, out: Path, work: Path, recipe: Recipe | None, source: str,
-            target: TargetRuntime | None, isa: JudgedOn) -> None:
+            target: TargetRuntime | None, isa: JudgedOn, beside: Path | None = None) -> None:
     """Write what the search found into ``out`` (staged in ``work``), with ``recipe`` beside the winner and the
-    Hugging Face ``source``'s config and tokenizer; record the paths on ``result``."""
+    Hugging Face ``source``'s config and tokenizer; record the paths on ``result``.  ``beside``: a decoder's
+    export folder, whose generation files (``genai_config.json``...) go beside the winner too."""
     from ..atomic import replace_dir, write_text
     from ..modelio import publish_model
     from ..report.files import write_report
@@ -36,6 +37,10 @@ def publish(result: LightenResult, out: Path, work: Path, recipe: Recipe | None,
                       metadata=isa.metadata(_portable(result.winner)))
         write_text(staged / "recipe.toml", recipe.to_toml())
         copy_hf_files(source, staged, staged / "model.onnx")   # config and tokenizer: it loads as it came
+        if beside is not None:   # and a decoder's folder runs in onnxruntime-genai as it is
+            from .decoder import publish_decoder_files
+
+            publish_decoder_files(beside, staged, staged / "model.onnx")
     names = write_report(result.to_report(), staged)
     replace_dir(staged, out)
     result.reports = {kind: out / Path(path).name for kind, path in names.items()}
