@@ -280,9 +280,13 @@ def register_quantizers():
             # Where U8S8 kernels saturate: on an AVX2-only EPYC, alpha 0.5 / 0.8 with reduce_range kept
             # 0.9946 / 0.9944 mean pooled cosine on other-domain text (0.9935 for plain alpha 0.5, issue 22);
             # U8U8 keeps 8-bit weights: 0.9959-0.9961 mean, 0.9931-0.9932 min there (exact integer math, so
-            # the same on every CPU), but ran slower than U8S8 on that EPYC.
+            # the same on every CPU), but ran slower than U8S8 on that EPYC.  The U8U8 points pack Q, K and V
+            # (pack_qkv: the same integer math, one DynamicQuantizeMatMul instead of a DynamicQuantizeLinear
+            # and three MatMulIntegerToFloat): where int8 gains little per MatMul, the narrow MatMuls'
+            # per-call costs are a larger part of it (docs/hardware.md, "Packing Q, K and V").
             isa_grid=({"alpha": 0.5, "reduce_range": True}, {"alpha": 0.8, "reduce_range": True},
-                      {"alpha": 0.5, "weight_type": "quint8"}, {"alpha": 0.65, "weight_type": "quint8"}),
+                      {"alpha": 0.5, "weight_type": "quint8", "pack_qkv": True},
+                      {"alpha": 0.65, "weight_type": "quint8", "pack_qkv": True}),
             saturation_free=saturation_free,
         )
     ]
