@@ -23,6 +23,16 @@ SATURATION_FREE = {"reduce_range": True}
 U8U8 = {"weight_type": "quint8"}
 
 
+def other_cpu() -> str:
+    """A ``--target-cpu`` whose int8 answers differ from this machine's (``avx2`` here on a VNNI or ARM CPU,
+    ``avx512-vnni`` on an AVX2-only one).  A search for it tries only the grid points whose integer math
+    cannot saturate, so it builds the same candidates, and they give the same answers, on either kind of
+    CPU: for a whole-search test whose path must not hang on this CPU's int8 rounding."""
+    from onnxlite.hardware import detect
+
+    return "avx512-vnni" if detect().int8_saturates else "avx2"
+
+
 def save_graph(graph, path: Path, opset: int = 17, ir_version: int = 8, *, external: bool = False) -> Path:
     """Wrap a hand-built ``onnx.GraphProto`` in a model at ``opset`` and write it to ``path``.
 

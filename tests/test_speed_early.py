@@ -252,3 +252,40 @@ def test_a_whole_lighten_repairs_the_fast_int8_base_not_the_light_slow_4bit_one(
     assert "layer6" in winner.keep_float or "widen" in winner.keep_float, winner.keep_float
     assert winner.drops[primary] <= budget and fp32 / winner.size_bytes >= 3
     assert winner.p50 < result.baseline.p50 < fp16.p50
+
+
+@pytest.mark.unit
+def test_the_final_benchmark_times_only_the_contenders_of_the_quick_timing():
+    """Within the quick timing's noise of the best (15%), and every repair it never saw; the rest set aside
+    with their quick figures, unless speed may not decide (then size does, and every one is timed)."""
+    from onnxlite.search.quick import CONTENDER_MARGIN, contenders
+
+    rows = [_row(n, "dynamic", 3.9, 0.001) for n in ("fast", "close", "slow")]
+    repair = _row("slow+float1", "dynamic", 3.8, 0.002)
+    ratios = {"fast": 0.5, "close": 0.5 * (1 + CONTENDER_MARGIN) - 0.01, "slow": 0.8}
+    kept, aside = contenders([*rows, repair], QuickTimes(ratios, fp32_ms=40.0), "latency")
+    assert [r.name for r in kept] == ["fast", "close", "slow+float1"] and list(aside) == ["slow"]
+    assert "1.25x fp32's speed in the quick timing against fast's 2.00x" in aside["slow"]
+    everyone = ["fast", "close", "slow", "slow+float1"]
+    for quick, objective in ((QuickTimes(ratios, fp32_ms=40.0), "size"),          # size decides
+                             (QuickTimes(ratios, fp32_ms=0.3), "latency"),         # per-call overhead decides
+                             (QuickTimes({n: r + 0.45 for n, r in ratios.items()}, fp32_ms=40.0), "latency"),
+                             (None, "latency")):
+        kept, aside = contenders([*rows, repair], quick, objective)
+        assert [r.name for r in kept] == everyone and not aside, (quick, objective)
+
+
+def test_a_whole_lighten_benchmarks_the_contenders_and_says_the_quick_figure(tmp_path):
+    """fp16 passes but reads 1.15x fp32's time in the quick timing (an AVX2 machine's figure) against int8's
+    0.5x: it is set aside unbenchmarked, and the verdict gives the winner's quick ratio beside its final one."""
+    executor = RecordingExecutor({"fp16": RECORDED["fp16"][3], "dynamic": 0.5})
+    model = make_mlp(tmp_path / "mlp.onnx")
+    result = onnxlite.lighten(str(model), tmp_path / "out", strategies=["fp16", "dynamic"], metric="cosine_mean",
+                              max_drop="5%", runs=3, cache=False, executor=executor)
+    (fp16,) = [r for r in result.candidates if r.strategy == "fp16"]
+    assert fp16.status == "outpaced" and fp16.latency_ms is None and "quick timing" in fp16.reason, fp16
+    winner = result.winner
+    assert winner is not None and winner.strategy == "dynamic", result.message
+    assert "(2.00x in the quick timing)" in result.message, result.message
+    timed = [r for r in result.candidates if r.latency_ms]
+    assert fp16 not in timed and len(result.evidence["bench_stopping"]["runs_taken"]) == 1 + len(timed)

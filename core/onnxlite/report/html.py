@@ -28,6 +28,7 @@ PALETTE = {
     "winner": "#1b9e4b",
     "rejected": "#e0a100",
     "lost its grid": "#8a9bb0",
+    "outpaced": "#8a9bb0",
     "failed": "#d64541",
 }
 

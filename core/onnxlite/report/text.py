@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 
 #: the rich style of each status, reused by the HTML palette in report_html
-STATUS_STYLES = {"ok": "cyan", "failed": "red", "rejected": "yellow", "lost its grid": "blue", "winner": "bold green",
-                 "reference": "magenta"}
+STATUS_STYLES = {"ok": "cyan", "failed": "red", "rejected": "yellow", "lost its grid": "blue", "outpaced": "blue",
+                 "winner": "bold green", "reference": "magenta"}
 
 
 def fmt_bytes(n: float | None) -> str:

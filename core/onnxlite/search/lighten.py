@@ -269,8 +269,15 @@ class _Search:
 
     # 5. benchmark the survivors interleaved with the float model
     def benchmark(self, batch: int | None, runs: int) -> None:
+        from .quick import OUTPACED, contenders
+
         survivors = runtime_compat.refuse_unfit([r for r in self.rows if r.status == "ok"],
                                                 self.env.target)
+        # the contenders only: those the quick timing put within its noise of the best, and every repair
+        survivors, aside = contenders(survivors, self.quick, self.env.config.objective or "latency")
+        for row in self.rows:
+            if row.name in aside and row.status == "ok":
+                row.status, row.reason = OUTPACED, aside[row.name]
         if not survivors:
             return
         samples = self.judge.samples
@@ -286,7 +293,7 @@ class _Search:
         if note:
             self.notes.append(note)
             self.emit("note", {"message": note})
-        result = self.env.executor.bench([r.path for r in models], feeds=feeds, runs=(SEARCH_MIN_RUNS, runs),
+        result = self.env.executor.bench([str(r.path) for r in models], feeds=feeds, runs=(SEARCH_MIN_RUNS, runs),
                                          warmup=3, settings=self.settings, names=[r.name for r in models],
                                          progress=lambda f, text: self.emit("bench", {"fraction": f, "text": text}))
         self.measured_on = {k: result.settings[k] for k in ("measured_on", "bench_node") if k in result.settings}
@@ -353,8 +360,10 @@ class _Search:
                                   axes=self.judge.batch_axes)
         if winner is not None:
             drop = winner.drops.get(primary, float("nan"))
+            early = self.quick.ratios.get(winner.name) if self.quick is not None else None
+            said = f" ({1 / early:.2f}x in the quick timing)" if early else ""
             message = (f"winner: {winner.name}: {ratio_text(self.baseline.size_bytes, winner.size_bytes)}, "
-                       f"{speed_text(base_p50, winner.p50)} fp32, {primary} drop {drop:.4g} "
+                       f"{speed_text(base_p50, winner.p50)} fp32{said}, {primary} drop {drop:.4g} "
                        f"(budget {self.judge.budgets.get(primary, float('nan')):.4g})")
             message += "".join(f"; {note}" for note in self.notes)
             # what a worst-case budget promises about new samples (search.confidence.budget_allowances)

@@ -156,6 +156,38 @@ class BaseSpeed:
         return best.name
 
 
+#: the final benchmark times each candidate whose quick time is within this fraction of the best one's (the
+#: quick timing's noise at 3 runs, as for a base); the others cannot win on speed there
+CONTENDER_MARGIN = OUTPACED_MARGIN
+#: the status of a candidate within budget that the final benchmark did not time: outpaced in the quick timing
+OUTPACED = "outpaced"
+
+
+def contenders(rows: Sequence[CandidateRow], quick: QuickTimes | None,
+               objective: str) -> tuple[list[CandidateRow], dict[str, str]]:
+    """The candidates within budget the final benchmark times, and why each other one is not timed.
+
+    Under the latency objective, with a meaningful quick timing in which the best candidate beats fp32
+    clearly, the contenders are those whose quick ratio is within :data:`CONTENDER_MARGIN` of the best one's,
+    plus every row the quick timing never saw (the repairs built after it); they are then timed together,
+    interleaved, and ranked on those figures.  Otherwise (size decides, or speed may not) every row is."""
+    speed = BaseSpeed(quick, objective)
+    ratios = quick.ratios if quick is not None else {}
+    timed = [r for r in rows if r.name in ratios]
+    if not speed._judges() or not timed:
+        return list(rows), {}
+    best = min(timed, key=lambda r: ratios[r.name])
+    if ratios[best.name] >= 1 - CONTENDER_MARGIN:
+        return list(rows), {}
+    limit = ratios[best.name] * (1 + CONTENDER_MARGIN)
+    kept = [r for r in rows if r.name not in ratios or ratios[r.name] <= limit]
+    aside = {r.name: (f"within budget, but {1 / ratios[r.name]:.2f}x fp32's speed in the quick timing against "
+                      f"{best.name}'s {1 / ratios[best.name]:.2f}x (more than {CONTENDER_MARGIN:.0%} behind): "
+                      "not timed in the final benchmark")
+             for r in rows if r not in kept}
+    return kept, aside
+
+
 def fast_enough(quick: QuickTimes | None, objective: str) -> BaseSpeed:
     """A predicate on rows: may this one be a repair's base? Under ``objective="size"`` every one may."""
     return BaseSpeed(quick, objective)

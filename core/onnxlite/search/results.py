@@ -24,7 +24,7 @@ class CandidateRow(Figures):
     strategy: str
     options: dict[str, Any]
     keep_float: list[str] = field(default_factory=list)
-    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | lost its grid | failed
+    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | lost its grid | outpaced | failed
     reason: str = ""
     over_budget: bool = False
     quantize_seconds: float = 0.0

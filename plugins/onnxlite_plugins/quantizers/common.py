@@ -83,8 +83,32 @@ def run_excluding(model: str | Path, output: Path, options: Mapping[str, Any], t
     MatMul's new name as well (onnxruntime 1.32).
     """
     gemms = {n.name for n in targets if n.op_type == "Gemm"}
-    run_quantize_dynamic(model, output, options, exclude + [f"{n}_MatMul" for n in exclude if n in gemms],
-                         external_data)
+    exclude = exclude + [f"{n}_MatMul" for n in exclude if n in gemms]
+    if not options.get("pack_qkv"):
+        run_quantize_dynamic(model, output, options, exclude, external_data)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=".onnxlite-pack-", dir=output.parent) as work:
+        staged = packed_copy(model, Path(work) / "packed.onnx", exclude, external_data)
+        run_quantize_dynamic(staged, output, options, exclude, external_data)
+
+
+def packed_copy(model: str | Path, staged: Path, keep_float: list[str], external_data: bool) -> Path:
+    """``model`` with the MatMuls that read one activation packed into one (:mod:`.packing`), written to
+    ``staged``; ``model`` itself when nothing packs."""
+    import onnx
+
+    from .packing import pack_groups
+
+    proto = onnx.load(str(model))
+    if not pack_groups(proto, keep_float):
+        return Path(model)
+    if external_data:
+        onnx.save(proto, str(staged), save_as_external_data=True, location=f"{staged.name}.data")
+    else:
+        onnx.save(proto, str(staged))
+    return staged
 
 
 def saturation_free(options: Mapping[str, Any]) -> bool:
@@ -112,6 +136,8 @@ def common_options(op_types: tuple[str, ...] = DEFAULT_OP_TYPES) -> tuple[Option
                                            "in int8: much smaller transformers).", multiple=True),
         Option("exclude", str, (), "Node names or glob patterns (e.g. '*classifier*') to keep in float.",
                multiple=True),
+        Option("pack_qkv", bool, False, "Pack the MatMuls that read one activation (attention's Q, K and V) "
+                                        "into one wider MatMul before quantizing: one int8 MatMul instead of three."),
     )
 
 
