@@ -87,7 +87,7 @@ def save_judge(judge: Judge, folder: Path, samples: Sequence[int] | None = None)
               "batch_axes": dict(judge.batch_axes), "output_axes": dict(judge.output_axes),
               "parts": {"select": list(judge.parts.select), "confirm": list(judge.parts.confirm)}
               if judge.parts and whole else None}
-    from .decoder_tasks import saved_fields
+    from .decoder_judge import saved_fields
 
     config |= saved_fields(judge)   # a decoder's judge: what rebuilds it beside its records
     (folder / "judge.json").write_text(json.dumps(config, indent=2))
@@ -107,7 +107,7 @@ def load_judge(folder: Path, settings: Mapping[str, Any]) -> Judge:
         labels = npz["labels"] if "labels" in npz.files else None
     judge: Judge
     if config.get("decoder"):
-        from .decoder_tasks import load_decoder_judge
+        from .decoder_judge import load_decoder_judge
 
         judge = load_decoder_judge(config, reference, feeds, SessionSettings(**settings))
     else:

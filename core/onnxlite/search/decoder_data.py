@@ -174,7 +174,7 @@ def decoder_reference(env: Env, inputs: Inputs) -> Reference:
     from .heldout import write_calibration
     from .results import CandidateRow
     from .setup import Reference
-    from .tasks import save_judge
+    from ..jobs.candidate import save_judge
 
     config = env.config
     exported = _export(env, inputs)

@@ -1,6 +1,6 @@
 """A decoder's judge on disk, for the tasks that judge candidates in other processes.
 
-:func:`onnxlite.search.tasks.save_judge` writes any judge's reference outputs and feeds; a
+:func:`onnxlite.jobs.candidate.save_judge` writes any judge's reference outputs and feeds; a
 :class:`~onnxlite.evaluation.decoder_judge.DecoderJudge`'s are its per-window records and its windows'
 token ids, and :func:`saved_fields` adds what rebuilds it (the window plan, the greedy plan, the KL support,
 the vocabulary, the threads), which :func:`load_decoder_judge` reads back.  A subset of the windows (the
