@@ -55,7 +55,7 @@ depthwise-float model also with onnxruntime's ``WeightBiasQuantization`` disable
 session-time pass re-quantizes a float Conv's weights per tensor when its input comes from a
 DequantizeLinear) and benchmarks the fast ones interleaved.
 
-Targets (issue 11): the winner >= 3x smaller and >= 1.2x faster than fp32 ONNX on 2 threads, with
+Targets: the winner >= 3x smaller and >= 1.2x faster than fp32 ONNX on 2 threads, with
 top-1 agreement >= 96% on >= 24 evaluation views.
 """
 

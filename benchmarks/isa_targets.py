@@ -1,4 +1,4 @@
-"""Issue 22's targets for the CPU this runs on, in one run: the README job and zero-config on all-MiniLM-L6-v2.
+"""The per-ISA targets for the CPU this runs on, in one run: the README job and zero-config on all-MiniLM-L6-v2.
 
 Run (the machine idle; 2 threads as the README's command says):
     .venv/bin/python benchmarks/isa_targets.py [--jobs readme,zero-config] [--target-cpu avx2]

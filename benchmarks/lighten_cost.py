@@ -110,7 +110,7 @@ def old_and_new(name: str, source: str, work: Path, **options: Any) -> list[dict
     from onnxlite.executors.local import LocalExecutor
 
     least = search.SEARCH_MIN_RUNS
-    search.SEARCH_MIN_RUNS = 10**9   # the least is clamped to --runs: a fixed count, as before issue 24
+    search.SEARCH_MIN_RUNS = 10**9   # the least is clamped to --runs: a fixed count of runs per model
     try:
         old = measured(f"{name}, process per candidate", source, work / f"{name}-old",
                        executor=LocalExecutor(warm=False), cache=False, **options)

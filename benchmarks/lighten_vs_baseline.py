@@ -26,7 +26,7 @@ turns interleaved A B C A B C ..., the same held-out batch of ``--batch``
 samples and the same ``--threads`` for all.  The table prints every figure,
 its ratio to fp32 ONNX, and whether each target is met.
 
-Targets (issue 6): MiniLM at batch 64 on 2 threads: pooled cosine vs PyTorch
+Targets: MiniLM at batch 64 on 2 threads: pooled cosine vs PyTorch
 mean >= 0.995 and min >= 0.99, >= 3.5x smaller and >= 2x faster than fp32
 ONNX.  Digits CNN: held-out accuracy within 1 point of fp32, >= 3x smaller,
 faster than fp32 ONNX (by more than the row's p90/p50 spread, at least 3%:

@@ -24,7 +24,7 @@ speed comes from ``onnxlite.bench`` with every model in its own worker and
 turns interleaved, at ``--batch`` other-domain sentences on ``--threads``
 threads.
 
-Target (issue 11, the lighten winner): mean >= 0.995, min >= 0.99,
+Target (the lighten winner): mean >= 0.995, min >= 0.99,
 >= 3.5x smaller and >= 2.0x faster than fp32 ONNX at batch 64.
 
 ``--fusion`` (first, then its own options): what onnxruntime's SkipLayerNormalization fusion costs a quantized

@@ -33,7 +33,7 @@ fast int8 model could do on these views.
 Run (docs/benchmarks.md, "Where the flips come from"):
     .venv/bin/python benchmarks/recovery.py --ceiling [--workdir DIR] [--threads 2] [--json out.json]
 
-Issue 23 asks for >= 96% top-1 agreement (31 of 32 evaluation views) at >= 3x smaller and >= 1.3x faster than
+The target is >= 96% top-1 agreement (31 of 32 evaluation views) at >= 3x smaller and >= 1.3x faster than
 fp32.  onnxruntime's CPU provider runs a conv as an int8 kernel only when its input, weight and output are all
 8-bit, so a fast model keeps every activation between two int8 convs at 8 bits.  This script takes the errors
 apart, on the same model, photos and split as ``benchmarks/recovery.py`` (32 calibration / 32 held-out /

@@ -7,7 +7,7 @@ model folder comes from the installed package (no hub access), the sentences
 are `sentences.txt` beside this file (the first 40% calibrate, the rest are
 held out for judging). The budget is the mean-pooled sentence-embedding cosine
 against PyTorch: at most 0.5% below 1 on average and 1% for the worst sentence
-(issue 6's targets: mean >= 0.995, min >= 0.99).
+(targets: mean >= 0.995, min >= 0.99).
 """
 
 from __future__ import annotations
