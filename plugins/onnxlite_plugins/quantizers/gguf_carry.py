@@ -324,7 +324,7 @@ def register_quantizers():
                         "rounding), for a model loaded from that file: --option gguf=FILE.",
             factory=GGUFQuantizer,
             requires=("onnxruntime", "onnx", "gguf"),
-            install="onnxlite[gguf]",
+            install="onnxlite[cpu,gguf]",
             applies_to=("decoder",),
             needs_calibration=False,
             options=(
