@@ -107,7 +107,7 @@ def test_default_output_name(mlp, tmp_path):
 
 
 def test_refusals(mlp, tmp_path):
-    with pytest.raises(UsageError, match=r"no such option \(valid: exclude, op_types, per_channel"):
+    with pytest.raises(UsageError, match=r"no such option \(valid: exclude, op_types, pack_qkv, per_channel"):
         onnxlite.quantize(mlp, tmp_path / "a.onnx", bogus=1)
     with pytest.raises(UsageError, match="per_channel=maybe: expected true or false"):
         onnxlite.quantize(mlp, tmp_path / "a.onnx", per_channel="maybe")
