@@ -105,9 +105,9 @@ def decode_step_feeds(model: str | os.PathLike[str], past: int = TIMED_PAST, bat
     from ..decoding import decoder_layout
 
     layout = decoder_layout(model)
-    past = max(1, min(past, context_length(Path(model)) - 1))   # a short-context model times a shorter cache
     if layout is None:
         raise UsageError(f"{model}: not a decoder with a KV cache (input_ids, attention_mask, past_key_values.*)")
+    past = max(1, min(past, context_length(Path(model)) - 1))   # a short-context model times a shorter cache
     dtype = np.float32 if layout.past_dtype == "bfloat16" else np.dtype(layout.past_dtype)
     feeds: dict[str, np.ndarray] = {name: np.zeros((batch, layout.kv_heads, past, layout.head_dim), dtype=dtype)
                                     for name in layout.past_names}
@@ -180,15 +180,11 @@ def publish_decoder_files(export_dir: Path, staged: Path, model: Path) -> list[s
     return copied
 
 
-def report_settings(models: Mapping[str, Any]) -> dict[str, Any]:
-    """What the report needs to draw tokens/s instead of p50 ms."""
-    return {"decoder": True, **dict(models)}
-
-
 def finish_result(result: Any, feeds: Mapping[str, Any]) -> None:
     """The decoder's words on a finished search: tokens/s in the verdict, and the report's speed axis
     (``feeds``: the decode step the benchmarks timed)."""
-    result.settings.update(report_settings({"timed_past": int(feeds["attention_mask"].shape[1]) - 1}))
+    # the report draws tokens/s instead of p50 ms for a decoder
+    result.settings.update({"decoder": True, "timed_past": int(feeds["attention_mask"].shape[1]) - 1})
     winner = result.winner
     note = speed_note(result.baseline.p50 if result.baseline.latency_ms else None,
                       winner.p50 if winner is not None and winner.latency_ms else None, feeds)
