@@ -72,24 +72,33 @@ def decoder_metrics() -> list[str]:
     return sorted(e.name for e in get_registry().all("metric") if getattr(e.spec, "decoder", False))
 
 
+def _known(name: str, known: list[str]) -> bool:
+    """A decoder metric, or a name the decoder judge reads as one (``top1_agreement``)."""
+    from ..evaluation.decoder_judge import ALIASES
+
+    return name in known or ALIASES.get(name) in known
+
+
 def decoder_config(config: LightenConfig) -> LightenConfig:
     """``config`` with a decoder's default budget (perplexity +5%); a budget or ``--metric`` on something a
     decoder is not judged by is a usage error here, before the model is loaded."""
     known = decoder_metrics()
     for name in budget_names(config.max_drop):
-        if name not in known:
+        if not _known(name, known):
             raise UsageError(f"--max-drop {name}: a language model has no {name}; it is judged by "
                              f"{', '.join(known)}")
     for name in config.metrics or ():
-        if name.rsplit(".", 1)[-1] not in known:
+        if not _known(name.rsplit(".", 1)[-1], known):
             raise UsageError(f"--metric {name}: a language model is judged by {', '.join(known)}")
     return config if config.max_drop is not None else replace(config, max_drop=DEFAULT_BUDGET)
 
 
 def primary_metric(config: LightenConfig) -> str | None:
     """The metric a decoder's verdict leads with: the first one named (``--metric``, else ``--max-drop``)."""
+    from ..evaluation.decoder_judge import ALIASES
+
     named = [n.rsplit(".", 1)[-1] for n in config.metrics or ()] or budget_names(config.max_drop)
-    return named[0] if named else None
+    return ALIASES.get(named[0], named[0]) if named else None
 
 
 # -- timing --------------------------------------------------------------------------------------------------
