@@ -151,6 +151,8 @@ def test_decoder_config_fills_the_budget_and_refuses_metrics_a_decoder_lacks():
     assert filled.max_drop == DEFAULT_BUDGET and primary_metric(filled) == "perplexity"
     given = decoder_config(LightenConfig(max_drop=["kl=0.05", "perplexity=3%"]))
     assert given.max_drop == ["kl=0.05", "perplexity=3%"] and primary_metric(given) == "kl"
+    aliased = decoder_config(LightenConfig(max_drop="top1_agreement=2%"))
+    assert aliased.max_drop == "top1_agreement=2%" and primary_metric(aliased) == "next_token_agreement"
     for bad in (LightenConfig(max_drop="accuracy=1%"), LightenConfig(metric="pooled_cosine_mean")):
         with pytest.raises(UsageError, match="judged by"):
             decoder_config(bad)

@@ -72,24 +72,33 @@ def decoder_metrics() -> list[str]:
     return sorted(e.name for e in get_registry().all("metric") if getattr(e.spec, "decoder", False))
 
 
+def _known(name: str, known: list[str]) -> bool:
+    """A decoder metric, or a name the decoder judge reads as one (``top1_agreement``)."""
+    from ..evaluation.decoder_judge import ALIASES
+
+    return name in known or ALIASES.get(name) in known
+
+
 def decoder_config(config: LightenConfig) -> LightenConfig:
     """``config`` with a decoder's default budget (perplexity +5%); a budget or ``--metric`` on something a
     decoder is not judged by is a usage error here, before the model is loaded."""
     known = decoder_metrics()
     for name in budget_names(config.max_drop):
-        if name not in known:
+        if not _known(name, known):
             raise UsageError(f"--max-drop {name}: a language model has no {name}; it is judged by "
                              f"{', '.join(known)}")
     for name in config.metrics or ():
-        if name.rsplit(".", 1)[-1] not in known:
+        if not _known(name.rsplit(".", 1)[-1], known):
             raise UsageError(f"--metric {name}: a language model is judged by {', '.join(known)}")
     return config if config.max_drop is not None else replace(config, max_drop=DEFAULT_BUDGET)
 
 
 def primary_metric(config: LightenConfig) -> str | None:
     """The metric a decoder's verdict leads with: the first one named (``--metric``, else ``--max-drop``)."""
+    from ..evaluation.decoder_judge import ALIASES
+
     named = [n.rsplit(".", 1)[-1] for n in config.metrics or ()] or budget_names(config.max_drop)
-    return named[0] if named else None
+    return ALIASES.get(named[0], named[0]) if named else None
 
 
 # -- timing --------------------------------------------------------------------------------------------------
@@ -105,9 +114,9 @@ def decode_step_feeds(model: str | os.PathLike[str], past: int = TIMED_PAST, bat
     from ..decoding import decoder_layout
 
     layout = decoder_layout(model)
-    past = max(1, min(past, context_length(Path(model)) - 1))   # a short-context model times a shorter cache
     if layout is None:
         raise UsageError(f"{model}: not a decoder with a KV cache (input_ids, attention_mask, past_key_values.*)")
+    past = max(1, min(past, context_length(Path(model)) - 1))   # a short-context model times a shorter cache
     dtype = np.float32 if layout.past_dtype == "bfloat16" else np.dtype(layout.past_dtype)
     feeds: dict[str, np.ndarray] = {name: np.zeros((batch, layout.kv_heads, past, layout.head_dim), dtype=dtype)
                                     for name in layout.past_names}
@@ -180,15 +189,11 @@ def publish_decoder_files(export_dir: Path, staged: Path, model: Path) -> list[s
     return copied
 
 
-def report_settings(models: Mapping[str, Any]) -> dict[str, Any]:
-    """What the report needs to draw tokens/s instead of p50 ms."""
-    return {"decoder": True, **dict(models)}
-
-
 def finish_result(result: Any, feeds: Mapping[str, Any]) -> None:
     """The decoder's words on a finished search: tokens/s in the verdict, and the report's speed axis
     (``feeds``: the decode step the benchmarks timed)."""
-    result.settings.update(report_settings({"timed_past": int(feeds["attention_mask"].shape[1]) - 1}))
+    # the report draws tokens/s instead of p50 ms for a decoder
+    result.settings.update({"decoder": True, "timed_past": int(feeds["attention_mask"].shape[1]) - 1})
     winner = result.winner
     note = speed_note(result.baseline.p50 if result.baseline.latency_ms else None,
                       winner.p50 if winner is not None and winner.latency_ms else None, feeds)
