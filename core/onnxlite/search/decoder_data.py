@@ -169,12 +169,12 @@ def decoder_reference(env: Env, inputs: Inputs) -> Reference:
     from ..decoder_inputs import with_empty_past
     from ..decoding import model_file
     from ..evaluation.decoder_judge import DecoderJudge, DecoderOptions
+    from ..jobs.candidate import save_judge
     from ..modelio import model_size, read_header
     from .confidence import configure_judge
     from .heldout import write_calibration
     from .results import CandidateRow
     from .setup import Reference
-    from ..jobs.candidate import save_judge
 
     config = env.config
     exported = _export(env, inputs)
