@@ -19,8 +19,9 @@ def generate(model: str, prompts: tuple[str, ...], max_new_tokens: int, threads:
     """Continue each PROMPT greedily with the LM in MODEL (a folder `onnxlite export` wrote).
 
     \b
-    Several prompts run as one left-padded batch; each stops at its
-    end-of-sequence token or after --max-new-tokens.
+    Several prompts run as one padded batch (on the side the graph's
+    attention takes); each stops at its end-of-sequence token or after
+    --max-new-tokens.
     """
     from pathlib import Path
 
