@@ -284,12 +284,10 @@ def register_quantizers():
             # cosines above plain alpha 0.5 there; U8U8 keeps 8-bit weights with exact integer math (the same
             # on every CPU) and keeps more, but runs slower than U8S8 (benchmarks/minilm_other_domain.py
             # and benchmarks/isa_targets.py reproduce both, docs/benchmarks.md gives the figures).  The U8U8
-            # points pack Q, K and V (pack_qkv: the same integer math, one DynamicQuantizeMatMul instead of a
-            # DynamicQuantizeLinear and three MatMulIntegerToFloat): where int8 gains little per MatMul, the
-            # narrow MatMuls' per-call costs are a larger part of it (docs/hardware.md, "Packing Q, K and V").
+            # points do not pack Q, K and V: on an AVX2-only CPU the packed graph's Split cost more than the
+            # wider MatMul saved (benchmarks/int8_profile.py; docs/hardware.md, "Packing Q, K and V").
             isa_grid=({"alpha": 0.5, "reduce_range": True}, {"alpha": 0.8, "reduce_range": True},
-                      {"alpha": 0.5, "weight_type": "quint8", "pack_qkv": True},
-                      {"alpha": 0.65, "weight_type": "quint8", "pack_qkv": True}),
+                      {"alpha": 0.5, "weight_type": "quint8"}, {"alpha": 0.65, "weight_type": "quint8"}),
             saturation_free=saturation_free,
         )
     ]
