@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from test_bad_input import cli, one_error_line  # noqa: F401 - the fixture and the helper
 
-from helpers import make_mlp, tree
+from helpers import make_mlp, one_error_line, tree
 
 
 def _run(path: Path, x: np.ndarray) -> np.ndarray:
@@ -65,7 +64,7 @@ def test_save_model_without_external_data_drops_the_old_data_file(tmp_path):
     np.testing.assert_array_equal(_run(target, x), _run(source, x))
 
 
-def test_quantize_force_replaces_an_external_data_output_as_a_set(cli, tmp_path):  # noqa: F811
+def test_quantize_force_replaces_an_external_data_output_as_a_set(cli, tmp_path):
     from onnxlite.modelio import external_data_files
 
     source = make_mlp(tmp_path / "in" / "ext.onnx", external=True)
@@ -97,7 +96,7 @@ def test_export_over_an_external_data_output_replaces_the_set(tmp_path):
     np.testing.assert_array_equal(_run(target, x), _run(source, x))
 
 
-def test_an_output_whose_data_file_is_the_inputs_is_refused(cli, tmp_path):  # noqa: F811
+def test_an_output_whose_data_file_is_the_inputs_is_refused(cli, tmp_path):
     # an input whose data file has the name an output "b.onnx" would write its data under
     source = make_mlp(tmp_path / "a.onnx", external=True)
     os.replace(tmp_path / "a.onnx.data", tmp_path / "b.onnx.data")
@@ -117,7 +116,7 @@ def test_an_output_whose_data_file_is_the_inputs_is_refused(cli, tmp_path):  # n
         assert tree(tmp_path) == before
 
 
-def test_lighten_force_into_the_folder_holding_the_source_is_refused(cli, tmp_path):  # noqa: F811
+def test_lighten_force_into_the_folder_holding_the_source_is_refused(cli, tmp_path):
     source = make_mlp(tmp_path / "work" / "ext.onnx", external=True)
     before = tree(tmp_path)
     code, _out, err = cli("lighten", source, "-o", tmp_path / "work", "--force")
