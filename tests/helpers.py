@@ -532,3 +532,15 @@ def fragile_digits(folder: Path) -> tuple[Any, Path, Path, np.ndarray, Path]:
     weights = folder / "digits.pt"
     torch.save(net.state_dict(), weights)
     return net, path, calibration, images[1400:], weights
+
+
+def one_error_line(err: str, needle: str | None = None) -> str:
+    """The last stderr line is the error; no traceback anywhere."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert lines, "no error message"
+    last = lines[-1]
+    assert last.startswith("Error:"), err
+    if needle is not None:
+        assert needle in last, err
+    return last

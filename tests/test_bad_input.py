@@ -24,36 +24,9 @@ import onnx
 import pytest
 
 from conftest import make_plugin_dist, run_cli
-from helpers import MLP_WIDTH, make_mlp, tree
+from helpers import MLP_WIDTH, make_mlp, one_error_line, tree
 
 K = MLP_WIDTH
-
-
-def one_error_line(err: str, needle: str | None = None) -> str:
-    """The last stderr line is the error; no traceback anywhere."""
-    assert "Traceback" not in err, err
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert lines, "no error message"
-    last = lines[-1]
-    assert last.startswith("Error:"), err
-    if needle is not None:
-        assert needle in last, err
-    return last
-
-
-@pytest.fixture
-def cli(capsys):
-    """Run ``onnxlite ARGS`` in this process; returns (exit code, stdout, stderr)."""
-    from onnxlite.cli import main
-
-    def run(*args):
-        with pytest.raises(SystemExit) as done:
-            main([str(a) for a in args])
-        captured = capsys.readouterr()
-        code = done.value.code
-        return (0 if code is None else code), captured.out, captured.err
-
-    return run
 
 
 @pytest.fixture

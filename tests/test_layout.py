@@ -95,8 +95,27 @@ def test_the_cycle_finder_finds_a_cycle():
 
 @pytest.mark.unit
 def test_modules_stay_readable():
-    sizes = {_module_name(p): len(p.read_text().splitlines()) for p in CORE.rglob("*.py")}
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+             for p in [*CORE.rglob("*.py"), *PLUGINS.rglob("*.py")]}
     assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+@pytest.mark.unit
+def test_functions_take_at_most_ten_parameters():
+    """Click commands excepted: each option is a parameter there."""
+    import ast
+
+    wide = []
+    for path in [*CORE.rglob("*.py"), *PLUGINS.rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = node.args
+            names = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
+            count = len(names) - (names[:1] in (["self"], ["cls"]))
+            if count > 10 and not any("click" in ast.unparse(d) for d in node.decorator_list):
+                wide.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({count})")
+    assert wide == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)

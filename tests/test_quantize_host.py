@@ -121,7 +121,7 @@ def test_refusals(mlp, tmp_path):
         onnxlite.quantize(corrupt, tmp_path / "a.onnx")
     with pytest.raises(UsageError, match="matches no MatMul/Gemm node"):
         onnxlite.quantize(mlp, tmp_path / "a.onnx", exclude="nothing_like_this*")
-    with pytest.raises(UsageError, match="overwrite the input"):
+    with pytest.raises(UsageError, match="would replace the input "):
         onnxlite.quantize(mlp, mlp)
     done = onnxlite.quantize(mlp, tmp_path / "q.onnx").path
     with pytest.raises(UsageError, match="already quantized"):

@@ -208,3 +208,44 @@ def test_search_grid_and_skip_reason(embedder, tmp_path):
     reasons = {s.strategy: s.reason for s in skipped}
     assert reasons["weightonly"].startswith("nothing to quantize: 1 Gemm node(s)")
     assert reasons["gptq"].startswith("nothing to quantize")
+
+
+def _feeds(count: int = 6) -> list[dict]:
+    rng = np.random.default_rng(7)
+    return [{"ids": rng.integers(0, VOCAB, size=(1, 9)).astype(np.int64)} for _ in range(count)]
+
+
+def test_gptq_exclude_and_keep8_keep_their_nodes_out_of_gptq(embedder, tmp_path):
+    # onnxruntime's MatMulNBitsQuantizer drops nodes_to_exclude on its GPTQ path: both came out 4-bit GPTQ
+    weight = onnx.numpy_helper.to_array(next(i for i in onnx.load(str(embedder)).graph.initializer if i.name == "w2"))
+    result = onnxlite.quantize(embedder, tmp_path / "x.onnx", strategy="gptq", calibration=_feeds(), exclude="fc2",
+                               calibration_samples=4)
+    assert result.quantized_ops == {"MatMulNBits": 1} and result.excluded_nodes == ["fc2"]
+    out = onnx.load(str(result.path))
+    kept = next(n for n in out.graph.node if n.name == "fc2")
+    assert kept.op_type == "MatMul"
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in out.graph.initializer}
+    np.testing.assert_array_equal(inits[kept.input[1]], weight)
+    result = onnxlite.quantize(embedder, tmp_path / "k.onnx", strategy="gptq", calibration=_feeds(), keep8="fc2",
+                               calibration_samples=4)
+    bits = {n.name: {a.name: helper.get_attribute_value(a) for a in n.attribute}["bits"]
+            for n in onnx.load(str(result.path)).graph.node if n.op_type == "MatMulNBits"}
+    assert sorted(bits.values()) == [4, 8] and bits[next(n for n in bits if n.startswith("fc2"))] == 8
+
+
+def test_gptq_names_unnamed_nodes_so_exclusions_find_them(tmp_path):
+    model = onnx.load(str(make_embedder(tmp_path / "named.onnx")))
+    for node in model.graph.node:
+        node.name = ""
+    onnx.save(model, str(tmp_path / "unnamed.onnx"))
+    ref = run(tmp_path / "unnamed.onnx")
+    done = onnxlite.quantize(tmp_path / "unnamed.onnx", tmp_path / "all.onnx", strategy="gptq",
+                             calibration=_feeds(), calibration_samples=4)
+    assert done.quantized_ops == {"MatMulNBits": 2} and min_cosine(ref, run(done.path)) > 0.98
+    # the second MatMul is the graph's fourth node
+    done = onnxlite.quantize(tmp_path / "unnamed.onnx", tmp_path / "one.onnx", strategy="gptq",
+                             calibration=_feeds(), calibration_samples=4, exclude="MatMul_3")
+    nodes = onnx.load(str(done.path)).graph.node
+    assert done.quantized_ops == {"MatMulNBits": 1} and [n.op_type for n in nodes].count("MatMul") == 1
+    assert next(n for n in nodes if n.op_type == "MatMul").name == "MatMul_3"
+    assert min_cosine(ref, run(done.path)) > 0.98

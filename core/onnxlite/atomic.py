@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .errors import UsageError
@@ -160,3 +160,35 @@ def replace_dir(staged: Path, target: Path) -> None:
     os.replace(staged, target)
     if backup is not None:
         shutil.rmtree(backup, ignore_errors=True)
+
+
+def replace_set(moves: Sequence[tuple[Path, Path]], drop: Sequence[Path] = ()) -> None:
+    """Move each ``(staged, target)`` into place as one set; the last pair is the file that names the others.
+
+    A model and its external data cannot be renamed in one step, so the old set
+    (every existing target, and ``drop``: old files the new set no longer has)
+    is first moved aside, the file that names the others first.  At every
+    moment ``target`` is then the old set, absent, or the new set: never a model
+    beside another model's data.  A failure puts the old set back.
+    """
+    tag = uuid.uuid4().hex[:8]
+    old = [target for _staged, target in reversed(moves)] + list(drop)
+    aside: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
+    try:
+        for path in dict.fromkeys(old):
+            if path.exists() or path.is_symlink():
+                backup = path.with_name(f".{path.name}.old-{tag}")
+                os.replace(path, backup)
+                aside.append((backup, path))
+        for staged, target in moves:
+            os.replace(staged, target)
+            placed.append(target)
+    except BaseException:
+        for target in placed:
+            target.unlink(missing_ok=True)
+        for backup, path in reversed(aside):
+            os.replace(backup, path)
+        raise
+    for backup, _path in aside:
+        backup.unlink(missing_ok=True)

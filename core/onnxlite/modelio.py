@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .atomic import scratch_dir
+from .atomic import replace_set, scratch_dir
 from .errors import UsageError, one_line
 from .ops import QUANTIZED_OPS  # noqa: F401 - modelio.QUANTIZED_OPS stays on the helper surface
 
@@ -317,16 +317,55 @@ def save_model(model: onnx.ModelProto, target: str | os.PathLike[str], external_
         external_data = model.ByteSize() > EXTERNAL_DATA_THRESHOLD
     with scratch_dir(target) as work:
         tmp_model = work / target.name
-        data_name = f"{target.name}.data"
         if external_data:
             onnx.save_model(model, str(tmp_model), save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=data_name, size_threshold=1024)
-            if (work / data_name).exists():
-                os.replace(work / data_name, target.parent / data_name)
+                            location=f"{target.name}.data", size_threshold=1024)
         else:
             onnx.save_model(model, str(tmp_model))
-        os.replace(tmp_model, target)
+        install_model(tmp_model, target)
     return target
+
+
+def install_model(staged: Path, target: Path) -> None:
+    """Move ``staged`` (a model in a scratch folder beside ``target``) and its data files to ``target``, as a set.
+
+    The old ``target`` and its ``<name>.data`` go (the new model may have no external data: an old data
+    file left beside it would be stale); see :func:`onnxlite.atomic.replace_set` for why no reader ever
+    sees a model beside another model's data.
+    """
+    data = [(path, target.parent / path.relative_to(staged.parent)) for path in external_data_files(staged)]
+    replace_set([*data, (staged, target)], drop=[target.parent / f"{target.name}.data"])
+
+
+def check_spares_input(source: str | os.PathLike[str], output: str | os.PathLike[str], flag: str = "-o",
+                       folder: bool = False) -> None:
+    """Refuse, before any work, an output whose writing would replace or delete ``source`` or its data files.
+
+    ``output`` is a model file (its ``<name>.data`` and the data files an existing one names are replaced
+    too) or, with ``folder``, an output folder replaced whole.  A source that is not a path (a hub id,
+    ``module:attr``) has nothing to spare.
+    """
+    source, output = Path(source), Path(output)
+    if not source.exists():
+        return
+    inputs = [source] if source.is_dir() else [source, *external_data_files(source)]
+    where = f"{flag} {output}" if flag else str(output)
+    for path in inputs:
+        path = path.resolve()
+        if folder:
+            out = output.resolve()
+            hit = path == out or out in path.parents
+        else:
+            written = [output, output.parent / f"{output.name}.data"]
+            if output.is_file():
+                written += external_data_files(output)
+            hit = any(w.exists() and os.path.samefile(w, path) for w in written) or (
+                path.is_dir() and any(w.exists() and path in w.resolve().parents for w in written))
+        if hit:
+            what = ("a file of the input folder" if path.is_dir() and not folder else
+                    "the input" if path == source.resolve() else "the input's data file")
+            raise UsageError(f"{where}: would replace {what} {path} (inputs are never modified); "
+                             "choose another output path")
 
 
 def publish_model(produced: str | os.PathLike[str], target: str | os.PathLike[str],

@@ -177,10 +177,10 @@ def _check_output(output: Path, source: str) -> None:
         raise UsageError(f"-o {output}: is a folder, expected a file path such as model.onnx")
     if output.suffix.lower() != ".onnx":
         raise UsageError(f"-o {output}: the output should end in .onnx")
-    src = Path(source)
-    if src.exists() and output.exists() and os.path.samefile(src, output):
-        raise UsageError(f"-o {output}: is the source itself; choose another output path (inputs are never modified)")
     from ..atomic import check_writable
+    from ..modelio import check_spares_input
+
+    check_spares_input(source, output)
 
     check_writable(output)   # a read-only folder or a path through a file, before loading anything
 
@@ -275,7 +275,7 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
     how = ExportOptions(**given)
     atol, rtol, samples = how.atol, how.rtol, how.samples
     from ..atomic import scratch_dir
-    from ..modelio import external_data_files, load_model, model_size, save_model, set_metadata
+    from ..modelio import external_data_files, install_model, load_model, model_size, save_model, set_metadata
     from ..slow_fusions import unblock
     from .verify import verify as run_verify
 
@@ -342,10 +342,7 @@ def export(source: str | os.PathLike[str], output: str | os.PathLike[str], *, op
             if not verification.passed:
                 raise VerificationError(f"{source}: the exported model does not match {loaded.framework} "
                                         f"(nothing written): {verification.message()}")
-        data_name = f"{output.name}.data"
-        if (work / data_name).exists():
-            os.replace(work / data_name, output.parent / data_name)
-        os.replace(staged, output)
+        install_model(staged, output)   # the model and its data file replace an old set together
 
     return ExportResult(path=output, source=source, framework=loaded.framework,
                         exporter=metadata["onnxlite.exporter"], opset=opset_used,

@@ -307,6 +307,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     from ..modelio import (
         check_exists,
         check_model,
+        check_spares_input,
         external_data_files,
         load_model,
         model_size,
@@ -331,8 +332,7 @@ def run_quantize(model: str | os.PathLike[str], output: str | os.PathLike[str] |
     spec: QuantizerSpec = entry.spec
     values = parse_spec_options(spec, options)
     target = Path(output) if output is not None else default_output(source, spec.name)
-    if target.exists() and target.resolve() == source.resolve():
-        raise UsageError(f"{target}: the output would overwrite the input model; choose another -o")
+    check_spares_input(source, target)
     if target.is_dir():
         raise UsageError(f"{target}: is a folder, expected an .onnx file path for -o")
     if target.exists() and not force:

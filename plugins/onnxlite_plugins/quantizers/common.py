@@ -143,3 +143,25 @@ def common_options(op_types: tuple[str, ...] = DEFAULT_OP_TYPES) -> tuple[Option
 
 __all__ = ["CalibrationReader", "expand_node_patterns", "run_quantize_dynamic", "select_nodes", "weights_note",
            "run_excluding", "common_options", "DEFAULT_OP_TYPES"]   # CalibrationReader: onnxlite.calibration's
+
+
+def name_nodes(model: Any) -> int:
+    """Give each unnamed node of ``model``'s graph the name ``<OpType>_<index>`` (its place), in place.
+
+    Exclusions, per-node plans and onnxruntime's own node tables all go by
+    name: unnamed nodes would share the name "" and one entry would stand for
+    all of them.  Returns how many were named.
+    """
+    taken = {node.name for node in model.graph.node if node.name}
+    named = 0
+    for index, node in enumerate(model.graph.node):
+        if node.name:
+            continue
+        name, extra = f"{node.op_type}_{index}", 0
+        while name in taken:
+            extra += 1
+            name = f"{node.op_type}_{index}_{extra}"
+        node.name = name
+        taken.add(name)
+        named += 1
+    return named

@@ -12,8 +12,8 @@ composes onnxruntime's pieces:
 * ``algorithm=hqq``: ``HQQWeightOnlyQuantConfig`` (half-quadratic fitting of
   scales and zero points, needs torch; 4 bits only, see below);
 * ``algorithm=kquant``: ``KQuantWeightOnlyQuantConfig`` (llama.cpp-style k-quant search);
-* strategy ``gptq``: ``GPTQWeightOnlyQuantConfig`` with the calibration data
-  (second-order error compensation; 4 bits only).
+* strategy ``gptq``: onnxruntime's ``gptq_quantize`` with the calibration data
+  (second-order error compensation; 4 bits only; see ``weightonly_gptq``).
 
 Embedding tables (``Gather`` of a constant) are half of a BERT-style encoder's
 bytes and MatMulNBits leaves them float.  ``gather=int4`` uses the same
@@ -41,8 +41,9 @@ from typing import Any
 
 from onnxlite import Option, QuantizeOutcome, QuantizerSpec, UsageError, hookimpl
 
-from .common import CalibrationReader, expand_node_patterns
+from .common import CalibrationReader, expand_node_patterns, name_nodes
 from .decoder import is_decoder, with_empty_past
+from .weightonly_gptq import run_gptq
 from .weightonly_plan import DECODER_GRID, GPTQ_DECODER_GRID, plan_bits, share_tied, with_plan
 
 LOGGER = "onnxruntime.quantization.matmul_nbits_quantizer"
@@ -138,7 +139,7 @@ def _settings(options: Mapping[str, Any], algorithm: str, bits: int) -> dict[str
             "sensitive8": int(options.get("sensitive8", 0))}
 
 
-def _algo_config(algorithm: str, s: dict[str, Any], eligible: list[str], calibration: list[dict] | None):
+def _algo_config(algorithm: str, s: dict[str, Any], eligible: list[str]):
     from onnxruntime.quantization import matmul_nbits_quantizer as mq
 
     matmul = ("MatMul",)
@@ -148,16 +149,13 @@ def _algo_config(algorithm: str, s: dict[str, Any], eligible: list[str], calibra
                                                op_types_to_quantize=matmul)
     if algorithm == "hqq":
         return mq.HQQWeightOnlyQuantConfig(block_size=s["block_size"], bits=s["bits"], op_types_to_quantize=matmul)
-    if algorithm == "kquant":
-        # The k-quant path takes its bits per node from this table (its template says 4).
-        return mq.KQuantWeightOnlyQuantConfig(op_types_to_quantize=matmul,
-                                              customized_weight_config={n: {"bits": s["bits"]} for n in eligible})
-    return mq.GPTQWeightOnlyQuantConfig(calibration_data_reader=CalibrationReader(calibration),
-                                        op_types_to_quantize=matmul)
+    # The k-quant path takes its bits per node from this table (its template says 4).
+    return mq.KQuantWeightOnlyQuantConfig(op_types_to_quantize=matmul,
+                                          customized_weight_config={n: {"bits": s["bits"]} for n in eligible})
 
 
 def _run_nbits(proto, config, s: dict[str, Any], exclude: list[str]):
-    """One ``MatMulNBitsQuantizer`` pass, without onnxruntime's INFO lines and k-quant/GPTQ progress bars
+    """One ``MatMulNBitsQuantizer`` pass, without onnxruntime's INFO lines and k-quant progress bars
     (they print to stdout, which belongs to onnxlite's own output)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
@@ -172,14 +170,22 @@ def _run_nbits(proto, config, s: dict[str, Any], exclude: list[str]):
     return quantizer.model.model
 
 
-def _gather_int8(model: Path, proto, work: Path, exclude: list[str], external: bool):
-    """The constant-table Gathers through ``quantize_dynamic`` alone: int8 tables, lookups dequantized after."""
+def _gather_int8(model: Path, named, work: Path, exclude: list[str], external: bool):
+    """The constant-table Gathers through ``quantize_dynamic`` alone: int8 tables, lookups dequantized after.
+
+    ``named``: the model with the names :func:`.common.name_nodes` gave, written for ``quantize_dynamic``
+    to read (``exclude`` names them); ``None`` when the file at ``model`` has them all already.
+    """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.onnx_model import ONNXModel
 
     from onnxlite.runtime import quiet_root_logging
 
     staged = work / "gather-int8.onnx"
+    if named is not None:
+        model = work / "named.onnx"
+        ONNXModel(named).save_model_to_file(str(model), external)
     with quiet_root_logging():
         quantize_dynamic(str(model), str(staged), op_types_to_quantize=["Gather"], weight_type=QuantType.QInt8,
                          nodes_to_exclude=exclude, use_external_data_format=external)
@@ -201,6 +207,7 @@ class WeightOnlyQuantizer:
         s = _settings(options, algorithm, self.bits or int(options["bits"]))
         proto = onnx.load(str(model), load_external_data=False)
         external = uses_external_data(proto)
+        renamed = name_nodes(proto)   # before anything goes by name: the survey, exclusions, onnxruntime's tables
         found = survey(proto, s["block_size"])
         tables = found["tables"] if s["gather"] != "float" else []
         what = "MatMul node with a constant weight" + (" or Gather of a constant table" if tables else "")
@@ -216,7 +223,8 @@ class WeightOnlyQuantizer:
         if gathers and s["gather"] == "int8":
             # the host always gives a scratch folder
             work = Path(context.workdir) if context.workdir else output.parent
-            proto = _gather_int8(model, proto, work, [n for n in exclude if n in tables], external)
+            proto = _gather_int8(model, proto if renamed else None, work, [n for n in exclude if n in tables],
+                                 external)
         if gathers and s["gather"] == "int4":
             from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig
 
@@ -229,8 +237,11 @@ class WeightOnlyQuantizer:
             if chosen:
                 how = algorithm if bits == 4 or algorithm in ("rtn", "kquant") else "rtn"   # hqq, gptq: 4 bits
                 step = dict(s, bits=bits)
-                proto = _run_nbits(proto, _algo_config(how, step, chosen, calibration), step,
-                                   [n for n in found["eligible"] if n not in chosen])
+                if how == "gptq" and calibration is not None:
+                    proto = run_gptq(proto, step, chosen, calibration)
+                else:
+                    proto = _run_nbits(proto, _algo_config(how, step, chosen), step,
+                                       [n for n in found["eligible"] if n not in chosen])
         shared = share_tied(proto, s, plan)
         if algorithm == "hqq":
             s["accuracy_level"] = 0   # onnxruntime's HQQ writes none: its float zero points run in float
