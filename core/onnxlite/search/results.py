@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..figures import Figures, figures_of, row_dict
+from ..report.verdict import ratio_text, speed_text
 
 if TYPE_CHECKING:
     from ..jobs.candidate import TaskResult
@@ -43,9 +44,10 @@ class CandidateRow(Figures):
         return data
 
 
-@dataclass
+@dataclass(frozen=True)
 class LightenResult:
-    """What ``lighten`` found, and where it wrote it."""
+    """What ``lighten`` found, and where it wrote it: made once every stage has returned, never changed after
+    (its ``message`` is the verdict rendered by :mod:`onnxlite.report.verdict`)."""
 
     output_dir: Path
     winner: CandidateRow | None
@@ -110,21 +112,6 @@ def candidate_row(result: TaskResult) -> CandidateRow:
         row.status, row.reason = "rejected", "over budget: " + "; ".join(result.failures)
         row.over_budget = True
     return row
-
-
-def ratio_text(before: float | None, after: float | None) -> str:
-    """``3.15x smaller`` or ``1.01x larger`` (never "0.99x smaller")."""
-    from ..report.text import size_change
-
-    return size_change(before, after)
-
-
-def speed_text(before: float, after: float) -> str:
-    """``2.10x faster than``, ``1.23x slower than`` (never "0.81x faster") or ``the same speed as``."""
-    from ..report.text import speed_change
-
-    change = speed_change(before, after)
-    return "the same speed as" if change == "same speed" else change + " than"
 
 
 def why_won(row: CandidateRow, baseline: CandidateRow, objective: str,
