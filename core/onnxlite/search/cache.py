@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
 
 #: bump when what an entry holds changes meaning: older entries are then simply never found
 #: (2: quantized models lost the shape annotations that made onnxruntime run a slower kernel, slow_fusions)
@@ -119,9 +119,9 @@ class ResultCache:
     def _entry(self, key: str) -> Path:
         return self.folder / f"v{CACHE_VERSION}" / key[:2] / key
 
-    def get(self, key: str, output: str | os.PathLike[str]) -> TaskResult | None:
+    def get(self, key: str, output: str | os.PathLike[str]) -> JobResult | None:
         """The cached result, its model copied to ``output``; None on a miss or an entry that cannot be read whole."""
-        from ..jobs.candidate import TaskResult
+        from ..jobs.candidate import JobResult
 
         entry = self._entry(key)
         try:
@@ -129,7 +129,7 @@ class ResultCache:
             model = entry / "model.onnx"
             if model_hash(model) != record["model_sha256"]:
                 raise ValueError("the cached model (or its external data) differs from the one recorded")
-            result = TaskResult.from_dict(record["result"])
+            result = JobResult.from_dict(record["result"])
             Path(output).parent.mkdir(parents=True, exist_ok=True)
             _restore(model, Path(output))
         except (OSError, ValueError, KeyError, TypeError):
@@ -139,7 +139,7 @@ class ResultCache:
         self.hits.append(result.name)
         return result
 
-    def put(self, key: str, result: TaskResult) -> bool:
+    def put(self, key: str, result: JobResult) -> bool:
         """Store an ``ok`` result and its model (atomically); False when it cannot or should not be cached."""
         if result.status != "ok" or not result.path or not os.path.exists(result.path):
             return False

@@ -19,7 +19,7 @@ from ..events import Event
 
 if TYPE_CHECKING:
     from ..evaluation.judge import Judge
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
     from ..runtime import SessionSettings
     from ..specs import QuantizerSpec
     from .candidates import Candidate
@@ -51,7 +51,7 @@ class SearchContext:
     #: the metric that ranks candidates (the primary, or its continuous companion when the data cannot resolve it)
     rank: str
     #: every probe result so far, in order (append-only: their count numbers the next probes' files)
-    probed: list[TaskResult] = field(default_factory=list)
+    probed: list[JobResult] = field(default_factory=list)
 
     @property
     def primary(self) -> str:
@@ -63,7 +63,7 @@ class SearchContext:
         return self.judge.budgets.get(self.judge.primary) or 0.0
 
     def probe(self, candidates: Sequence[Candidate], workers: int | None, what: str,
-              judge: Path | None = None, until: TimeBudget | None = None) -> list[TaskResult]:
+              judge: Path | None = None, until: TimeBudget | None = None) -> list[JobResult]:
         """Quantize and judge ``candidates`` like any candidate, without adding them to the rows.
 
         ``judge`` is the folder of the judge they get instead of the search's (the fallback's: the select part's);
@@ -110,7 +110,7 @@ class SearchContext:
         return row.status == "ok"
 
 
-def probe_drop(result: TaskResult, rank: str) -> float:
+def probe_drop(result: JobResult, rank: str) -> float:
     """A probe's drop on the select part (the confirm part when there is no split); failed probes are infinitely bad."""
     if result.status != "ok":
         return math.inf
@@ -118,7 +118,7 @@ def probe_drop(result: TaskResult, rank: str) -> float:
     return value if value is not None and math.isfinite(value) else math.inf
 
 
-def passes(result: TaskResult) -> bool:
+def passes(result: JobResult) -> bool:
     """A probe is within every budget of the judge it got."""
     return result.status == "ok" and result.passed is not False
 

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..figures import Figures, figures_of, row_dict
+from ..figures import figures_of, row_dict
+from ..jobs.candidate import CandidateRecord
 from ..report.verdict import ratio_text, speed_text
 
 if TYPE_CHECKING:
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
 
 
 #: the status of a candidate within budget that a better setting of its own option grid beat on the select part
@@ -18,19 +19,14 @@ if TYPE_CHECKING:
 LOST_GRID = "lost its grid"
 
 @dataclass
-class CandidateRow(Figures):
-    """A candidate with everything learnt about it (its figures: :class:`~onnxlite.figures.Figures`)."""
+class CandidateRow(CandidateRecord):
+    """A candidate with everything the search learnt about it: its record, why it stands where it does, and
+    what it repeats.  ``status``: winner | ok (within budget, not chosen) | rejected | lost its grid |
+    outpaced | failed."""
 
-    name: str
-    strategy: str
-    options: dict[str, Any]
-    keep_float: list[str] = field(default_factory=list)
-    status: str = "ok"        # winner | ok (within budget, not chosen) | rejected | lost its grid | outpaced | failed
     reason: str = ""
     over_budget: bool = False
     quantize_seconds: float = 0.0
-    quantize: dict[str, Any] = field(default_factory=dict)
-    path: str | None = None
     #: the candidate this one repeats (same effective options, or a byte-identical model): shown, never run twice
     same_as: str | None = None
 
@@ -101,7 +97,7 @@ class LightenResult:
         return _report(self)
 
 
-def candidate_row(result: TaskResult) -> CandidateRow:
+def candidate_row(result: JobResult) -> CandidateRow:
     """A task's result as a row of the search: failed, over budget (rejected) or ok."""
     row = CandidateRow(name=result.name, strategy=result.strategy, options=result.options,
                        keep_float=list(result.keep_float), quantize=result.quantize, quantize_seconds=result.seconds,
