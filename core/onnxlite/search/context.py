@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 #: judge candidates like any candidate (``workers``, candidates): their rows join the table
 RunCandidates = Callable[[int | None, Sequence["Candidate"]], list["CandidateRow"]]
-#: a candidate's task for the trials; its index names its files
-MakeTask = Callable[["Candidate", int], dict[str, Any]]
+#: a candidate's job for the trials (what an executor runs); its index names its files
+MakeJob = Callable[["Candidate", int], dict[str, Any]]
 
 #: probes' file indices start here, apart from the candidates'
 PROBE_OFFSET = 100000
@@ -46,7 +46,7 @@ class SearchContext:
     judge_dir: Path
     trials: TrialContext
     emit: Event
-    task: MakeTask
+    job: MakeJob
     run: RunCandidates
     #: the metric that ranks candidates (the primary, or its continuous companion when the data cannot resolve it)
     rank: str
@@ -72,10 +72,10 @@ class SearchContext:
         from .trials import run_trials, untried_result
 
         offset = PROBE_OFFSET + len(self.probed)
-        tasks = [self.task(c, offset + i) | ({"judge": str(judge)} if judge else {}) for i, c in enumerate(candidates)]
-        self.emit("stage", {"message": f"{what}: {len(tasks)} probe model(s)"})
+        jobs = [self.job(c, offset + i) | ({"judge": str(judge)} if judge else {}) for i, c in enumerate(candidates)]
+        self.emit("stage", {"message": f"{what}: {len(jobs)} probe model(s)"})
         # through the trials: a probe repeating a candidate, or cached from an earlier run, is not run again
-        found = run_trials(self.trials, candidates, tasks, workers, self.work / "probes", stage=f"probes: {what}",
+        found = run_trials(self.trials, candidates, jobs, workers, self.work / "probes", stage=f"probes: {what}",
                            until=until)
         results = [r if r is not None else untried_result(c) for c, r in zip(candidates, found)]
         self.probed.extend(results)
