@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import dataclasses
 
-from helpers import make_mlp
+import numpy as np
+import pytest
+
+from helpers import make_mlp, sample_lighten_result
 
 
 @dataclass(frozen=True)
@@ -84,3 +87,25 @@ def test_a_spent_time_budget_keeps_an_added_stage_from_starting(tmp_path):
     assert "extra" not in result.evidence
     assert "stages not started: " in result.message and "the extra stage" in result.message
     assert "the extra stage" in result.settings["cut_short"]["stages"]
+
+
+@pytest.mark.unit
+def test_a_result_is_final_once_made():
+    result = sample_lighten_result()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.message = result.message + "; more"
+
+
+@pytest.mark.unit
+def test_the_verdict_is_its_head_then_its_notes_in_order():
+    from onnxlite.report.verdict import Verdict, WinnerFigures, winner_head
+
+    result = sample_lighten_result()
+    winner, base = result.winner, result.baseline
+    head = winner_head(winner, base, WinnerFigures("cosine", 0.00412, 0.01, quick_ratio=0.5))
+    assert head.startswith(f"winner: {winner.name}: ")
+    assert f"{base.size_bytes / winner.size_bytes:.2f}x smaller" in head
+    assert f"{base.p50 / winner.p50:.2f}x faster than fp32" in head
+    assert "(2.00x in the quick timing)" in head and head.endswith("cosine drop 0.00412 (budget 0.01)")
+    text = Verdict(head, ("judged on avx2",)).with_notes(["reused 2 from the cache"]).text()
+    assert text == f"{head}; judged on avx2; reused 2 from the cache"
