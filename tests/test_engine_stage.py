@@ -4,11 +4,10 @@ starting once the time budget is spent (the verdict names it)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import dataclasses
 
 import numpy as np
 import pytest
