@@ -12,8 +12,8 @@ import pytest
 
 import onnxlite
 from onnxlite.jobs.candidate import JobResult
-from onnxlite.modelio import external_data_files
-from onnxlite.search.cache import CACHE_VERSION, ResultCache, model_hash
+from onnxlite.modelio import external_data_files, model_hash
+from onnxlite.search.cache import CACHE_VERSION, ResultCache
 
 from helpers import SeenExecutor, make_mlp
 

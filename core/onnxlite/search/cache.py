@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..modelio import file_hash, model_hash
+
 if TYPE_CHECKING:
     from ..jobs.candidate import JobResult
 
@@ -51,27 +53,6 @@ def isa_name() -> str:
     from .. import hardware
 
     return hardware.detect().isa
-
-
-def file_hash(*paths: str | os.PathLike[str] | None) -> str:
-    """SHA-256 over the files' bytes, in order (a missing or absent path hashes as its absence)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        if path is None or not os.path.exists(path):
-            digest.update(b"<none>")
-            continue
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        digest.update(b"<end>")
-    return digest.hexdigest()
-
-
-def model_hash(path: str | os.PathLike[str]) -> str:
-    """SHA-256 over all the bytes a model reads: the .onnx file, then each external-data file it names."""
-    from ..modelio import external_data_files
-
-    return file_hash(path, *external_data_files(path)) if os.path.exists(path) else file_hash(path)
 
 
 @dataclass(frozen=True)

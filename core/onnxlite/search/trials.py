@@ -289,7 +289,7 @@ def same_model_as(results: Sequence[JobResult | None], repeated: Collection[str]
 
     ``repeated``: names already known to repeat another (they share its file, and say so already).
     """
-    from .cache import file_hash
+    from ..modelio import file_hash
 
     seen: dict[str, str] = {}
     same: dict[str, str] = {}
