@@ -11,9 +11,9 @@ import onnxruntime as ort
 import pytest
 
 import onnxlite
-from onnxlite.jobs.candidate import TaskResult
-from onnxlite.modelio import external_data_files
-from onnxlite.search.cache import CACHE_VERSION, ResultCache, model_hash
+from onnxlite.jobs.candidate import JobResult
+from onnxlite.modelio import external_data_files, model_hash
+from onnxlite.search.cache import CACHE_VERSION, ResultCache
 
 from helpers import SeenExecutor, make_mlp
 
@@ -65,7 +65,7 @@ def test_a_restored_model_takes_its_own_data_file_name(tmp_path):
     source = make_mlp(tmp_path / "run1" / "candidate3.onnx", external=True)
     (data_file,) = external_data_files(source)
     cache = ResultCache(tmp_path / "cache")
-    result = TaskResult(name="dynamic", strategy="dynamic", options={}, keep_float=[], status="ok", path=str(source))
+    result = JobResult(name="dynamic", strategy="dynamic", options={}, keep_float=[], status="ok", path=str(source))
     assert cache.put("k" * 64, result)
 
     folder = tmp_path / "run2"

@@ -12,13 +12,13 @@ import pytest
 from onnxlite.benchmark.bench import BenchResult, BenchRow
 from onnxlite.evaluation.judge import CandidateResult
 from onnxlite.figures import FIGURES, JUDGED, MEASURED, Figures, copy_figures, figures_of
-from onnxlite.jobs.candidate import TaskResult
+from onnxlite.jobs.candidate import JobResult
 from onnxlite.report.model import ModelRow
 from onnxlite.search.results import CandidateRow, LightenResult, candidate_row
 
 pytestmark = pytest.mark.unit
 
-ROW_TYPES = (CandidateResult, TaskResult, CandidateRow, BenchRow, ModelRow)
+ROW_TYPES = (CandidateResult, JobResult, CandidateRow, BenchRow, ModelRow)
 
 
 def _figures(seed: int) -> dict:
@@ -46,9 +46,9 @@ def test_every_row_type_holds_the_one_record(row_type):
 
 
 def test_a_candidate_carries_every_figure_from_its_task_to_the_report_json():
-    task = TaskResult(name="dynamic", strategy="dynamic", options={}, **_figures(1))
+    task = JobResult(name="dynamic", strategy="dynamic", options={}, **_figures(1))
     # the task's result crosses a process boundary as JSON
-    task = TaskResult.from_dict(json.loads(json.dumps(task.to_dict())))
+    task = JobResult.from_dict(json.loads(json.dumps(task.to_dict())))
     row = candidate_row(task)
     assert figures_of(row) == _figures(1)
     base = CandidateRow(name="fp32", strategy="none", options={}, status="reference", **_figures(2))

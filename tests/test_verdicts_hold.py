@@ -77,7 +77,7 @@ def test_too_few_samples_cannot_bound_a_tail_and_say_how_many_would():
     # 64 samples bound the 5th percentile one-sided (59 needed), not two-sided at 97.5% (72): the report says "-"
     found = order_stats.quantile_interval(0.0, 1.0, np.linspace(0.98, 1, 64), 0.05, CONFIDENCE).to_dict()
     assert found["upper"] is not None and found["high"] is None
-    from onnxlite.search.results import bound_text
+    from onnxlite.report.lighten_table import bound_text
 
     assert bound_text(found["high"]) == "-" and bound_text(found["upper"]) == f"{found['upper']:.4g}"
 

@@ -1,7 +1,7 @@
 """One model's figures: the record every row type holds.
 
 ``compare``'s :class:`~onnxlite.evaluation.judge.CandidateResult`, a
-``lighten`` task's :class:`~onnxlite.jobs.candidate.TaskResult` and its
+``lighten`` task's :class:`~onnxlite.jobs.candidate.JobResult` and its
 :class:`~onnxlite.search.results.CandidateRow`, ``bench``'s
 :class:`~onnxlite.benchmark.bench.BenchRow` and the report's
 :class:`~onnxlite.report.model.ModelRow` all describe "a model and its

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from collections import Counter
@@ -253,6 +254,25 @@ def external_data_files(path: str | os.PathLike[str]) -> list[Path]:
     stat = path.stat()
     locations = _external_locations(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     return sorted({path.parent / location for location in locations if location and (path.parent / location).is_file()})
+
+
+def file_hash(*paths: str | os.PathLike[str] | None) -> str:
+    """SHA-256 over the files' bytes, in order (a missing or absent path hashes as its absence)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        if path is None or not os.path.exists(path):
+            digest.update(b"<none>")
+            continue
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        digest.update(b"<end>")
+    return digest.hexdigest()
+
+
+def model_hash(path: str | os.PathLike[str]) -> str:
+    """SHA-256 over all the bytes a model reads: the .onnx file, then each external-data file it names."""
+    return file_hash(path, *external_data_files(path)) if os.path.exists(path) else file_hash(path)
 
 
 def model_size(path: str | os.PathLike[str]) -> int:

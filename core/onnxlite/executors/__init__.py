@@ -9,7 +9,7 @@ tasks run and how their inputs and finished models travel:
   benchmark can be sent to a labelled node (``bench_on``).  Ray is imported only here,
   only when this executor runs (``pip install 'onnxlite[ray]'``).
 
-Both yield the same :class:`~onnxlite.jobs.candidate.TaskResult` objects and return the
+Both yield the same :class:`~onnxlite.jobs.candidate.JobResult` objects and return the
 same :class:`~onnxlite.benchmark.bench.BenchResult`, so the search cannot tell them apart.
 """
 
@@ -24,7 +24,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..benchmark.bench import BenchResult
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
 
 #: the executors ``--executor`` accepts
 EXECUTORS = ("local", "ray")
@@ -37,7 +37,7 @@ class Executor(Protocol):
     name: str
 
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
-                  on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:
+                  on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[JobResult]:
         """Run ``tasks`` (as :func:`onnxlite.jobs.candidate.run_task` takes them); yield results as they finish.
 
         Each task's finished model is at ``task["output"]`` on this machine when its result is yielded.

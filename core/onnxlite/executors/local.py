@@ -12,7 +12,7 @@ from .machine import describe_machine, record_machine
 
 if TYPE_CHECKING:
     from ..benchmark.bench import BenchResult
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
     from .pool import WorkerPool
 
 
@@ -31,7 +31,7 @@ class LocalExecutor:
 
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
                   on_start: Callable[[Mapping[str, Any]], None] | None = None,
-                  should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[TaskResult]:
+                  should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[JobResult]:
         from ..jobs.candidate import default_workers, run_tasks
 
         if workers is None:

@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..evaluation.judge import Judge
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
 
 #: a worker is replaced after this many tasks, so memory a plugin leaks cannot pile up for a whole search
 MAX_TASKS_PER_WORKER = 64
@@ -97,9 +97,9 @@ class WorkerPool:
 
     def run(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
             on_start: Callable[[Mapping[str, Any]], None] | None = None,
-            should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[TaskResult]:
+            should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[JobResult]:
         """Run ``tasks``, at most ``workers`` at once; a task ``should_start`` refuses is never started."""
-        from ..jobs.candidate import TaskResult
+        from ..jobs.candidate import JobResult
 
         folder.mkdir(parents=True, exist_ok=True)
         limit = max(1, workers or self.size)
@@ -118,7 +118,7 @@ class WorkerPool:
                     if finished is None:
                         continue
                     running.remove(job)
-                    yield finished if isinstance(finished, TaskResult) else self._failed(job, finished)
+                    yield finished if isinstance(finished, JobResult) else self._failed(job, finished)
         finally:
             for job in running:   # an abandoned run (Ctrl-C, a time budget): its workers go with it
                 job.worker.proc.kill()
@@ -143,13 +143,13 @@ class WorkerPool:
             pass   # it died idle; _finished sees the exit and reports it
         return _Job(worker, task, result_file, time.monotonic())
 
-    def _finished(self, job: _Job) -> TaskResult | int | None:
+    def _finished(self, job: _Job) -> JobResult | int | None:
         """The job's result, its worker's exit code when it died first, or None while it runs."""
-        from ..jobs.candidate import TaskResult
+        from ..jobs.candidate import JobResult
 
         if job.result.exists():
             try:
-                result = TaskResult.from_dict(json.loads(job.result.read_text()))
+                result = JobResult.from_dict(json.loads(job.result.read_text()))
             except (OSError, ValueError):
                 return None   # not there yet on a file system without atomic rename
             job.worker.done += 1
@@ -165,8 +165,8 @@ class WorkerPool:
             return self._finished(job)
         return code
 
-    def _failed(self, job: _Job, code: int) -> TaskResult:
-        from ..jobs.candidate import TaskResult, crash_message
+    def _failed(self, job: _Job, code: int) -> JobResult:
+        from ..jobs.candidate import JobResult, crash_message
 
         job.worker.log.flush()
         job.worker.log.seek(0)
@@ -174,7 +174,7 @@ class WorkerPool:
         job.worker.log.close()
         self.replaced += 1   # the next task starts a fresh worker in its place
         candidate = job.task["candidate"]
-        return TaskResult(name=candidate["name"], strategy=candidate["strategy"], options=dict(candidate["options"]),
+        return JobResult(name=candidate["name"], strategy=candidate["strategy"], options=dict(candidate["options"]),
                           keep_float=list(candidate.get("keep_float", ())), status="failed",
                           error=crash_message(code, output), seconds=round(time.monotonic() - job.began, 2))
 

@@ -41,7 +41,7 @@ from .transfer import pack, unpack
 
 if TYPE_CHECKING:
     from ..benchmark.bench import BenchResult
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
 
 #: times Ray re-runs a task whose worker or node died, before it counts as failed
 DEFAULT_MAX_RETRIES = 2
@@ -192,12 +192,12 @@ class RayExecutor:
 
     def run_tasks(self, tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int | None = None,
                   on_start: Callable[[Mapping[str, Any]], None] | None = None,
-                  should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[TaskResult]:
+                  should_start: Callable[[Mapping[str, Any]], bool] | None = None) -> Iterator[JobResult]:
         """Submit the tasks (at most ``workers`` at once, if given; else the cluster's resources decide).
 
         A task ``should_start`` refuses (the search's time budget is spent) is never submitted.
         """
-        from ..jobs.candidate import TaskResult
+        from ..jobs.candidate import JobResult
 
         ray = self.connect()
         folder.mkdir(parents=True, exist_ok=True)
@@ -228,7 +228,7 @@ class RayExecutor:
                     except ray.exceptions.RayError as exc:
                         self.failures += 1
                         candidate = task["candidate"]
-                        yield TaskResult(name=candidate["name"], strategy=candidate["strategy"],
+                        yield JobResult(name=candidate["name"], strategy=candidate["strategy"],
                                          options=dict(candidate["options"]),
                                          keep_float=list(candidate.get("keep_float", ())), status="failed",
                                          error=self._fault_message(exc), seconds=seconds)
@@ -249,11 +249,11 @@ class RayExecutor:
         return (f"the Ray task failed {attempts} time{'s' if attempts > 1 else ''} "
                 f"({self.max_retries} retr{'ies' if self.max_retries != 1 else 'y'}): {kind}: {first}")
 
-    def _bring_back(self, reply: Mapping[str, Any], task: Mapping[str, Any]) -> TaskResult:
+    def _bring_back(self, reply: Mapping[str, Any], task: Mapping[str, Any]) -> JobResult:
         """The finished model goes where the local pool would have written it: ``task["output"]``."""
-        from ..jobs.candidate import TaskResult
+        from ..jobs.candidate import JobResult
 
-        result = TaskResult.from_dict(reply["result"])
+        result = JobResult.from_dict(reply["result"])
         self.placements[reply["node"]] += 1
         if result.status == "ok" and reply.get("model") is not None:
             output = Path(task["output"])

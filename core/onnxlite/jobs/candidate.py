@@ -31,18 +31,26 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class TaskResult(Figures):
-    """One candidate quantized and judged (its figures: :class:`~onnxlite.figures.Figures`)."""
+class CandidateRecord(Figures):
+    """A candidate and its figures (:class:`~onnxlite.figures.Figures`): what a job returns and a row of the
+    search's table share."""
 
     name: str
     strategy: str
     options: dict[str, Any]
     keep_float: list[str] = field(default_factory=list)
-    status: str = "ok"                      # ok | failed
-    error: str = ""
-    path: str | None = None
-    seconds: float = 0.0
+    status: str = "ok"
     quantize: dict[str, Any] = field(default_factory=dict)
+    path: str | None = None
+
+
+@dataclass
+class JobResult(CandidateRecord):
+    """One candidate quantized and judged by a job: ``status`` ok or failed (``error`` says why), how long it
+    took, and whether it passed every budget of the judge it got."""
+
+    error: str = ""
+    seconds: float = 0.0
     passed: bool | None = None
     failures: list[str] = field(default_factory=list)
 
@@ -50,7 +58,7 @@ class TaskResult(Figures):
         return row_dict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TaskResult:
+    def from_dict(cls, data: Mapping[str, Any]) -> JobResult:
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -152,7 +160,7 @@ def _on_judge_axes(task: Mapping[str, Any], *paths: Any) -> list[Any]:
     return [loaded.get(os.fspath(p), p) if isinstance(p, (str, os.PathLike)) else p for p in paths]
 
 
-def run_task(task: Mapping[str, Any], load: Callable[[Path, Mapping[str, Any]], Judge] | None = None) -> TaskResult:
+def run_task(task: Mapping[str, Any], load: Callable[[Path, Mapping[str, Any]], Judge] | None = None) -> JobResult:
     """Quantize the float model with the task's candidate, then judge the result.
 
     ``load`` reads the task's judge (default :func:`load_judge`; a warm worker keeps the ones it has read).
@@ -161,7 +169,7 @@ def run_task(task: Mapping[str, Any], load: Callable[[Path, Mapping[str, Any]], 
     from ..quantization.run import quantize
 
     candidate = task["candidate"]
-    result = TaskResult(name=candidate["name"], strategy=candidate["strategy"], options=dict(candidate["options"]),
+    result = JobResult(name=candidate["name"], strategy=candidate["strategy"], options=dict(candidate["options"]),
                         keep_float=list(candidate.get("keep_float", ())))
     started = time.perf_counter()
     try:
@@ -248,7 +256,7 @@ def crash_message(returncode: int, stderr: str) -> str:
 
 
 def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1,
-              on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[TaskResult]:
+              on_start: Callable[[Mapping[str, Any]], None] | None = None) -> Iterator[JobResult]:
     """Run ``tasks`` in subprocesses, at most ``workers`` at a time; yield results as they finish."""
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -283,9 +291,9 @@ def run_tasks(tasks: Sequence[Mapping[str, Any]], folder: Path, workers: int = 1
                 log.close()
                 candidate = task["candidate"]
                 if code == 0 and result_file.exists():
-                    yield TaskResult.from_dict(json.loads(result_file.read_text()))
+                    yield JobResult.from_dict(json.loads(result_file.read_text()))
                 else:
-                    yield TaskResult(name=candidate["name"], strategy=candidate["strategy"],
+                    yield JobResult(name=candidate["name"], strategy=candidate["strategy"],
                                      options=dict(candidate["options"]),
                                      keep_float=list(candidate.get("keep_float", ())),
                                      status="failed", error=crash_message(code, output),

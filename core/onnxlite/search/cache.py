@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..modelio import file_hash, model_hash
+
 if TYPE_CHECKING:
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
 
 #: bump when what an entry holds changes meaning: older entries are then simply never found
 #: (2: quantized models lost the shape annotations that made onnxruntime run a slower kernel, slow_fusions)
@@ -51,27 +53,6 @@ def isa_name() -> str:
     from .. import hardware
 
     return hardware.detect().isa
-
-
-def file_hash(*paths: str | os.PathLike[str] | None) -> str:
-    """SHA-256 over the files' bytes, in order (a missing or absent path hashes as its absence)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        if path is None or not os.path.exists(path):
-            digest.update(b"<none>")
-            continue
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        digest.update(b"<end>")
-    return digest.hexdigest()
-
-
-def model_hash(path: str | os.PathLike[str]) -> str:
-    """SHA-256 over all the bytes a model reads: the .onnx file, then each external-data file it names."""
-    from ..modelio import external_data_files
-
-    return file_hash(path, *external_data_files(path)) if os.path.exists(path) else file_hash(path)
 
 
 @dataclass(frozen=True)
@@ -119,9 +100,9 @@ class ResultCache:
     def _entry(self, key: str) -> Path:
         return self.folder / f"v{CACHE_VERSION}" / key[:2] / key
 
-    def get(self, key: str, output: str | os.PathLike[str]) -> TaskResult | None:
+    def get(self, key: str, output: str | os.PathLike[str]) -> JobResult | None:
         """The cached result, its model copied to ``output``; None on a miss or an entry that cannot be read whole."""
-        from ..jobs.candidate import TaskResult
+        from ..jobs.candidate import JobResult
 
         entry = self._entry(key)
         try:
@@ -129,7 +110,7 @@ class ResultCache:
             model = entry / "model.onnx"
             if model_hash(model) != record["model_sha256"]:
                 raise ValueError("the cached model (or its external data) differs from the one recorded")
-            result = TaskResult.from_dict(record["result"])
+            result = JobResult.from_dict(record["result"])
             Path(output).parent.mkdir(parents=True, exist_ok=True)
             _restore(model, Path(output))
         except (OSError, ValueError, KeyError, TypeError):
@@ -139,7 +120,7 @@ class ResultCache:
         self.hits.append(result.name)
         return result
 
-    def put(self, key: str, result: TaskResult) -> bool:
+    def put(self, key: str, result: JobResult) -> bool:
         """Store an ``ok`` result and its model (atomically); False when it cannot or should not be cached."""
         if result.status != "ok" or not result.path or not os.path.exists(result.path):
             return False

@@ -19,7 +19,7 @@ from ..events import Event
 
 if TYPE_CHECKING:
     from ..evaluation.judge import Judge
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
     from ..runtime import SessionSettings
     from ..specs import QuantizerSpec
     from .candidates import Candidate
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 #: judge candidates like any candidate (``workers``, candidates): their rows join the table
 RunCandidates = Callable[[int | None, Sequence["Candidate"]], list["CandidateRow"]]
-#: a candidate's task for the trials; its index names its files
-MakeTask = Callable[["Candidate", int], dict[str, Any]]
+#: a candidate's job for the trials (what an executor runs); its index names its files
+MakeJob = Callable[["Candidate", int], dict[str, Any]]
 
 #: probes' file indices start here, apart from the candidates'
 PROBE_OFFSET = 100000
@@ -46,12 +46,12 @@ class SearchContext:
     judge_dir: Path
     trials: TrialContext
     emit: Event
-    task: MakeTask
+    job: MakeJob
     run: RunCandidates
     #: the metric that ranks candidates (the primary, or its continuous companion when the data cannot resolve it)
     rank: str
     #: every probe result so far, in order (append-only: their count numbers the next probes' files)
-    probed: list[TaskResult] = field(default_factory=list)
+    probed: list[JobResult] = field(default_factory=list)
 
     @property
     def primary(self) -> str:
@@ -63,7 +63,7 @@ class SearchContext:
         return self.judge.budgets.get(self.judge.primary) or 0.0
 
     def probe(self, candidates: Sequence[Candidate], workers: int | None, what: str,
-              judge: Path | None = None, until: TimeBudget | None = None) -> list[TaskResult]:
+              judge: Path | None = None, until: TimeBudget | None = None) -> list[JobResult]:
         """Quantize and judge ``candidates`` like any candidate, without adding them to the rows.
 
         ``judge`` is the folder of the judge they get instead of the search's (the fallback's: the select part's);
@@ -72,10 +72,10 @@ class SearchContext:
         from .trials import run_trials, untried_result
 
         offset = PROBE_OFFSET + len(self.probed)
-        tasks = [self.task(c, offset + i) | ({"judge": str(judge)} if judge else {}) for i, c in enumerate(candidates)]
-        self.emit("stage", {"message": f"{what}: {len(tasks)} probe model(s)"})
+        jobs = [self.job(c, offset + i) | ({"judge": str(judge)} if judge else {}) for i, c in enumerate(candidates)]
+        self.emit("stage", {"message": f"{what}: {len(jobs)} probe model(s)"})
         # through the trials: a probe repeating a candidate, or cached from an earlier run, is not run again
-        found = run_trials(self.trials, candidates, tasks, workers, self.work / "probes", stage=f"probes: {what}",
+        found = run_trials(self.trials, candidates, jobs, workers, self.work / "probes", stage=f"probes: {what}",
                            until=until)
         results = [r if r is not None else untried_result(c) for c, r in zip(candidates, found)]
         self.probed.extend(results)
@@ -110,7 +110,7 @@ class SearchContext:
         return row.status == "ok"
 
 
-def probe_drop(result: TaskResult, rank: str) -> float:
+def probe_drop(result: JobResult, rank: str) -> float:
     """A probe's drop on the select part (the confirm part when there is no split); failed probes are infinitely bad."""
     if result.status != "ok":
         return math.inf
@@ -118,7 +118,7 @@ def probe_drop(result: TaskResult, rank: str) -> float:
     return value if value is not None and math.isfinite(value) else math.inf
 
 
-def passes(result: TaskResult) -> bool:
+def passes(result: JobResult) -> bool:
     """A probe is within every budget of the judge it got."""
     return result.status == "ok" and result.passed is not False
 

@@ -189,13 +189,11 @@ def publish_decoder_files(export_dir: Path, staged: Path, model: Path) -> list[s
     return copied
 
 
-def finish_result(result: Any, feeds: Mapping[str, Any]) -> None:
-    """The decoder's words on a finished search: tokens/s in the verdict, and the report's speed axis
-    (``feeds``: the decode step the benchmarks timed)."""
+def finish_result(baseline: Any, winner: Any, feeds: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The decoder's words on a finished search: the report's speed axis (settings) and tokens/s for the
+    verdict (None: not timed) (``feeds``: the decode step the benchmarks timed)."""
     # the report draws tokens/s instead of p50 ms for a decoder
-    result.settings.update({"decoder": True, "timed_past": int(feeds["attention_mask"].shape[1]) - 1})
-    winner = result.winner
-    note = speed_note(result.baseline.p50 if result.baseline.latency_ms else None,
+    settings = {"decoder": True, "timed_past": int(feeds["attention_mask"].shape[1]) - 1}
+    note = speed_note(baseline.p50 if baseline.latency_ms else None,
                       winner.p50 if winner is not None and winner.latency_ms else None, feeds)
-    if note:
-        result.message += f"; {note}"
+    return settings, note

@@ -9,6 +9,7 @@ half an OUTDIR behind.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,9 +21,9 @@ if TYPE_CHECKING:
 
 
 def publish(result: LightenResult, out: Path, work: Path, recipe: Recipe | None, source: str,
-            target: TargetRuntime | None, isa: JudgedOn, beside: Path | None = None) -> None:
+            target: TargetRuntime | None, isa: JudgedOn, beside: Path | None = None) -> LightenResult:
     """Write what the search found into ``out`` (staged in ``work``), with ``recipe`` beside the winner and the
-    Hugging Face ``source``'s config and tokenizer; record the paths on ``result``.  ``beside``: a decoder's
+    Hugging Face ``source``'s config and tokenizer; returns ``result`` with the paths it wrote.  ``beside``: a decoder's
     export folder, whose generation files (``genai_config.json``...) go beside the winner too."""
     from ..atomic import replace_dir, write_text
     from ..modelio import publish_model
@@ -43,9 +44,10 @@ def publish(result: LightenResult, out: Path, work: Path, recipe: Recipe | None,
             publish_decoder_files(beside, staged, staged / "model.onnx")
     names = write_report(result.to_report(), staged)
     replace_dir(staged, out)
-    result.reports = {kind: out / Path(path).name for kind, path in names.items()}
-    if result.winner is not None:
-        result.model_path, result.recipe_path = out / "model.onnx", out / "recipe.toml"
+    reports = {kind: out / Path(path).name for kind, path in names.items()}
+    if result.winner is None:
+        return replace(result, reports=reports)
+    return replace(result, reports=reports, model_path=out / "model.onnx", recipe_path=out / "recipe.toml")
 
 
 def _portable(winner: CandidateRow) -> bool:

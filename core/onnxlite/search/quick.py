@@ -1,9 +1,9 @@
 """Speed measured early: every judged candidate timed quickly against fp32, on this machine, before any repair.
 
 The final interleaved benchmark decides the winner; this only tells the stages that
-pick a base (the partial fallback) which formats are fast *here*: 8-bit MatMulNBits is
-1.6x faster than fp32 on a VNNI CPU and 0.7x on an AVX2 one, so a base chosen by size
-alone can spend the whole repair budget on a model no one would ship.
+pick a base (the partial fallback) which formats are fast *here*: the same format can beat fp32
+on one ISA and trail it on another (8-bit MatMulNBits gains from VNNI and loses without it), so a
+base chosen by size alone can spend the whole repair budget on a model no one would ship.
 
 Each candidate is timed in turns with the fp32 model (``runs`` turns of one run each after a
 warm-up), so a load that comes and goes touches both alike; the figure is the ratio of the
@@ -141,9 +141,9 @@ class BaseSpeed:
 
         Under the latency objective the winner is the fastest within budget, and keeping nodes in float
         never makes a model faster, so a base already slower than a passing candidate that beats fp32 is
-        repaired for nothing (the README job on a VNNI CPU: 4-bit weight-only, about fp32's speed, while int8
-        smoothquant at twice its speed passes).  When no passing candidate beats fp32 clearly, speed cannot
-        decide and size does: then nothing is outpaced."""
+        repaired for nothing (a 4-bit weight-only base near fp32's speed, beside a passing int8 candidate at
+        twice fp32's: no float node makes the base catch up).  When no passing candidate beats fp32 clearly,
+        speed cannot decide and size does: then nothing is outpaced."""
         if not self._judges() or self.quick is None or row.name not in self.quick.ratios:
             return None
         ratios = self.quick.ratios

@@ -15,20 +15,14 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .shares import MIXED_MIN_PROBES, MIXED_SHARE, MIXED_SWEEP_STAGE, mixed_seconds, mixed_share
-
 if TYPE_CHECKING:
-    from .config import LightenConfig
-    from .context import SearchContext
-    from .fallback_rule import Fast
-    from .mixed_stage import MixedPlan
+    from ..events import Kind
     from .quick import QuickTimes
-    from .results import CandidateRow, LightenResult
+    from .results import CandidateRow
     from .trials import TimeBudget, TrialContext
 
 
@@ -36,28 +30,18 @@ class SoFar(Protocol):
     """What a search has so far, as Ctrl-C finds it: the rows judged, those settled while a stage ran, the
     quick timing, and the trials' ledger."""
 
-    rows: list[CandidateRow]
-    settled: dict[str, CandidateRow]
-    quick: QuickTimes | None
     trials: TrialContext
 
-    def emit(self, kind: str, info: Mapping[str, Any]) -> None: ...
+    @property
+    def rows(self) -> list[CandidateRow]: ...
 
+    @property
+    def settled(self) -> dict[str, CandidateRow]: ...
 
-@dataclass(frozen=True)
-class LaterStages:
-    """What the stages after the option grids did: mixed precision's record and the fallback's (None: not
-    started), the stages the time budget kept from starting, and what the verdict should say of them
-    (a sweep cut at its time share)."""
+    @property
+    def quick(self) -> QuickTimes | None: ...
 
-    mixed: dict[str, Any] | None = None
-    partial: dict[str, Any] | None = None
-    skipped: tuple[str, ...] = field(default_factory=tuple)
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def with_skipped(self, stage: str) -> LaterStages:
-        """This record with one more stage the time budget kept from starting (one that runs after these)."""
-        return replace(self, skipped=(*self.skipped, stage))
+    def emit(self, kind: Kind, info: dict[str, Any]) -> None: ...
 
 
 def best_so_far(rows: Sequence[CandidateRow], quick: QuickTimes | None = None) -> CandidateRow | None:
@@ -114,112 +98,14 @@ def keep_best(best: CandidateRow, state: SoFar, folder: Path, rows: list[Candida
     return folder
 
 
-def later_stages(ctx: SearchContext, rows: Sequence[CandidateRow], quick: QuickTimes | None, config: LightenConfig,
-                 search: bool) -> LaterStages:
-    """Mixed precision and the partial fallback, each only while the time budget lasts (a skipped one is noted)."""
-    from .mixed_stage import mixed_plan_for, mixed_stage
-    from .partial import fallback
-    from .quick import fast_enough
-
-    budget = ctx.trials.budget
-    skipped = []
-    mixed = partial = None
-    if search:
-        plan = mixed_plan_for(ctx.fp32, config.strategies)
-        why = None if budget.spent() else _mixed_does_not_fit(ctx, plan, rows, config.workers)
-        if not budget.spent() and why is None:
-            # the sweep's own clock, a share of what is left now: the search's budget is never changed
-            mixed = mixed_stage(ctx, plan, config.workers, mixed_share(budget))
-        elif plan.wanted:
-            skipped.append("mixed precision")
-            mixed = {"tried": False, "reason": why or "the --time-budget was spent"}
-    fast = fast_enough(quick, config.objective or "latency")
-    if config.partial and search:
-        if not budget.spent():
-            partial = fallback(ctx, rows, fast, config.max_float_nodes, config.workers)
-        elif _fallback_wanted(ctx, rows, fast):
-            skipped.append("the partial fallback")
-    notes = (mixed["sweep"]["note"],) if mixed and "note" in mixed.get("sweep", {}) else ()
-    return LaterStages(mixed, partial, tuple(skipped), notes)
-
-
-def _mixed_does_not_fit(ctx: SearchContext, plan: MixedPlan, rows: Sequence[CandidateRow],
-                        workers: int | None) -> str | None:
-    """Under a time budget, why mixed precision's sweep cannot start (None: it may run, within its share).
-
-    Its probes cost about what a candidate took (the median), as many at once as candidates ran; a share
-    that fits fewer than :data:`MIXED_MIN_PROBES` of them (or all of them, when there are fewer) is too small.
-    """
-    import statistics
-
-    from ..jobs.candidate import default_workers
-
-    budget = ctx.trials.budget
-    if budget.seconds is None or not plan.wanted:
-        return None
-    costs = [r.quantize_seconds for r in rows if r.quantize_seconds]
-    if not costs:
-        return None
-    probes = len(plan.probes)
-    parallel = workers or default_workers(0)
-    share, each = mixed_seconds(budget), statistics.median(costs)
-    fit = int(share * max(1, parallel) // max(each, 1e-3))
-    if fit >= min(probes, MIXED_MIN_PROBES):
-        return None
-    return (f"its share of the --time-budget ({share:.0f} s, {MIXED_SHARE:.0%} of what is left) fits {fit} of its "
-            f"{probes} probes ({each:.1f} s each, {parallel} at once)")
-
-
 def final_runs(budget: TimeBudget, runs: int) -> tuple[int, str | None]:
     """The most runs per model the final benchmark may take: ``runs``, or only its least
     (:data:`~onnxlite.benchmark.stability.SEARCH_MIN_RUNS`) once the --time-budget is spent, with the note
-    that says so (None when ``runs`` stands).  On the README job under ``--time-budget 2m`` the benchmark of
-    six MiniLMs at 20 runs each was most of the overrun."""
+    that says so (None when ``runs`` stands): a full benchmark of every contender can cost more than the
+    whole budget on a model of transformer size."""
     from ..benchmark.stability import SEARCH_MIN_RUNS
 
     if not budget.spent() or runs <= SEARCH_MIN_RUNS:
         return runs, None
     return SEARCH_MIN_RUNS, (f"benchmarked with {SEARCH_MIN_RUNS} runs per model, the least, as the --time-budget "
                              "was spent")
-
-
-def _fallback_wanted(ctx: SearchContext, rows: Sequence[CandidateRow], fast: Fast) -> bool:
-    """Whether the fallback would have had a base to repair (a skipped stage is news only then)."""
-    from .partial import can_exclude, fallback_bases
-
-    bases, _ = fallback_bases(rows, ctx.primary, ctx.budget, can_exclude, ctx.rank, fast)
-    return bool(bases)
-
-
-def account(ctx: TrialContext, later: LaterStages, result: LightenResult,
-            emit: Callable[[str, Mapping[str, Any]], None]) -> None:
-    """Say on ``result`` what the later stages noted (``later.notes``: said as they happened), what the cache
-    gave, what repeated, and what the time budget cut (``later.skipped``: the stages it kept from starting)."""
-    ledger = ctx.ledger.to_dict()
-    result.settings["trials"] = ledger
-    if ctx.budget.seconds is not None:
-        result.settings["time_budget_seconds"] = ctx.budget.seconds
-    result.message += "".join(f"; {note}" for note in later.notes)   # emitted by their stage already
-    stages = later.skipped
-    notes = []
-    if ctx.cache is not None:
-        result.settings["cache"] = ctx.cache.describe()
-        if ctx.cache.hits:
-            notes.append(f"reused {len(ctx.cache.hits)} quantized model(s) and judgement(s) from the cache "
-                         f"({ctx.cache.folder}); timings measured afresh")
-    if ledger["duplicates"]:
-        notes.append(f"{ledger['duplicates']} candidate(s) or probe(s) repeated another and ran once")
-    # probes the sweep's own time share left unmeasured are said by its note, not as a search cut short
-    untried = [u for u in ledger["untried"] if u["stage"] != MIXED_SWEEP_STAGE]
-    if untried or stages:
-        names = [u["name"] for u in untried]
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-        left = "; ".join(x for x in (f"left untried: {shown}" if names else "",
-                                     f"stages not started: {', '.join(stages)}" if stages else "") if x)
-        notes.append(f"the search was cut short by --time-budget ({ctx.budget.seconds:.0f} s): the best so far "
-                     f"is shown; {left}")
-        result.skipped.extend({"strategy": n, "reason": "not tried: the --time-budget was spent"} for n in names)
-        result.settings["cut_short"] = {"untried": names, "stages": list(stages)}
-    for note in notes:
-        result.message += f"; {note}"
-        emit("note", {"message": note})

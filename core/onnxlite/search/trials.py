@@ -28,7 +28,7 @@ from ..events import Event
 from ..jobs.pruning import PRUNE_SAMPLES
 
 if TYPE_CHECKING:
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
     from ..specs import QuantizerSpec
     from .cache import CacheContext, ResultCache
     from .candidates import Candidate
@@ -135,7 +135,7 @@ class TrialContext:
     cache: ResultCache | None = None
     cache_context: CacheContext | None = None
     #: results by signature, across batches: a probe equal to an earlier candidate is that candidate
-    seen: dict[str, TaskResult] = field(default_factory=dict)
+    seen: dict[str, JobResult] = field(default_factory=dict)
     prune: bool = True   # judge candidates on a few confirm samples first (jobs.pruning)
     judge_hashes: dict[str, str] = field(default_factory=dict)
 
@@ -151,7 +151,7 @@ class TrialContext:
 class _Batch:
     """One call's bookkeeping: results by index, cache keys, what is left to run, and what repeats what."""
 
-    results: list[TaskResult | None]
+    results: list[JobResult | None]
     signatures: list[str]
     keys: dict[int, str] = field(default_factory=dict)
     todo: list[int] = field(default_factory=list)
@@ -191,11 +191,11 @@ def _sort_out(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequenc
 
 
 def _progress(ctx: TrialContext, stage: str, total: int, cached: int,
-              on_result: Callable[[TaskResult, dict[str, Any]], None] | None) -> Callable[[TaskResult, str], None]:
+              on_result: Callable[[JobResult, dict[str, Any]], None] | None) -> Callable[[JobResult, str], None]:
     """What to call as each result is settled: "n of m" with an estimate of the time left."""
     began, done = time.monotonic(), 0
 
-    def finished(result: TaskResult, how: str) -> None:
+    def finished(result: JobResult, how: str) -> None:
         nonlocal done
         done += 1
         ran = max(0, done - cached)
@@ -212,7 +212,7 @@ def _progress(ctx: TrialContext, stage: str, total: int, cached: int,
 
 
 def _run_rest(ctx: TrialContext, batch: _Batch, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
-              workers: int | None, folder: Path, stage: str, finished: Callable[[TaskResult, str], None],
+              workers: int | None, folder: Path, stage: str, finished: Callable[[JobResult, str], None],
               until: TimeBudget | None = None) -> None:
     """The executor runs what is left, starting nothing once the time budget (or the stage's share, ``until``)
     is spent; new results are cached."""
@@ -262,8 +262,8 @@ def _fill_repeats(ctx: TrialContext, batch: _Batch, candidates: Sequence[Candida
 
 def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequence[Mapping[str, Any]],
                workers: int | None, folder: Path, stage: str = "candidates",
-               on_result: Callable[[TaskResult, dict[str, Any]], None] | None = None,
-               until: TimeBudget | None = None) -> list[TaskResult | None]:
+               on_result: Callable[[JobResult, dict[str, Any]], None] | None = None,
+               until: TimeBudget | None = None) -> list[JobResult | None]:
     """Each candidate's result, in order (None for one the time budget left untried).
 
     ``on_result`` gets each result as it is settled (cached or run) with the progress (``done``, ``total``,
@@ -284,12 +284,12 @@ def run_trials(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Sequen
     return batch.results
 
 
-def same_model_as(results: Sequence[TaskResult | None], repeated: Collection[str] = ()) -> dict[str, str]:
+def same_model_as(results: Sequence[JobResult | None], repeated: Collection[str] = ()) -> dict[str, str]:
     """Results whose written models are byte-identical to an earlier one's: ``{name: the earlier name}``.
 
     ``repeated``: names already known to repeat another (they share its file, and say so already).
     """
-    from .cache import file_hash
+    from ..modelio import file_hash
 
     seen: dict[str, str] = {}
     same: dict[str, str] = {}
@@ -304,11 +304,11 @@ def same_model_as(results: Sequence[TaskResult | None], repeated: Collection[str
     return same
 
 
-def untried_result(candidate: Candidate) -> TaskResult:
+def untried_result(candidate: Candidate) -> JobResult:
     """What a stage sees for a candidate the time budget left untried: a failure that says so."""
-    from ..jobs.candidate import TaskResult
+    from ..jobs.candidate import JobResult
 
-    return TaskResult(name=candidate.name, strategy=candidate.strategy, options=dict(candidate.options),
+    return JobResult(name=candidate.name, strategy=candidate.strategy, options=dict(candidate.options),
                       keep_float=list(candidate.keep_float), status="failed",
                       error="not tried: the --time-budget was spent")
 
@@ -361,7 +361,7 @@ def candidate_rows(ctx: TrialContext, candidates: Sequence[Candidate], tasks: Se
 
     rows: dict[str, CandidateRow] = settled if settled is not None else {}
 
-    def on_result(result: TaskResult, progress: dict[str, Any]) -> None:
+    def on_result(result: JobResult, progress: dict[str, Any]) -> None:
         row = rows[result.name] = candidate_row(result)
         if row.status == "ok" and row.size_bytes and baseline_bytes and row.size_bytes > baseline_bytes * MIN_SHRINK:
             row.status = "rejected"

@@ -10,13 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..events import Event
 from ..executors.transfer import pack, unpack
 from .manifest import ModelJob
 from .outcome import ModelOutcome
 
 
 def run_on_ray(jobs: Sequence[ModelJob], root: Path, force: bool, ray_options: Mapping[str, Any], cpus: float,
-               finished: Callable[[ModelOutcome], None], emit: Callable[[str, Mapping[str, Any]], None]
+               finished: Callable[[ModelOutcome], None], emit: Event
                ) -> dict[str, Any]:
     from ..atomic import replace_dir
     from ..executors.ray import DEFAULT_MAX_RETRIES, POLL_SECONDS, RayExecutor
