@@ -158,7 +158,10 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
         cache_dir = Path(config.cache_dir) if config.cache_dir is not None else None
         trials = make_context(runner, emit, ref.fp32, inputs.calibration_file, settings.to_dict(), cache_dir,
                               config.cache and chosen is None, budget)
-        trials.prune = not decoder   # a decoder's judge scores windows, not a few samples of outputs
+        if decoder:   # a decoder's judge scores windows: a few of them first
+            from ..jobs.pruning import DECODER_PRUNE_WINDOWS
+
+            trials.prune = DECODER_PRUNE_WINDOWS
         search = _Search(env, inputs, ref, trials)
         if chosen is not None:
             search.candidates = [recipe_candidate(chosen, inputs.calibration_for)]
