@@ -160,8 +160,10 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
                               config.cache and chosen is None, budget)
         if decoder:   # a decoder's judge scores windows: a few of them first
             from ..jobs.pruning import DECODER_PRUNE_WINDOWS
+            from .decoder_cache import use_stable_keys
 
             trials.prune = DECODER_PRUNE_WINDOWS
+            use_stable_keys(trials, source, ref.judge_dir, config)   # keyed on the input model and the corpus
         search = _Search(env, inputs, ref, trials)
         if chosen is not None:
             search.candidates = [recipe_candidate(chosen, inputs.calibration_for)]

@@ -106,9 +106,10 @@ def _decoder_grid() -> tuple[dict[str, Any], ...]:
     """The weight-only grid a search tries on decoders, the likely winners first (a search cut short by its
     time budget has judged them): 8-bit weights, then mixed 4/8-bit with the most sensitive layers at 8 bits
     and an 8-bit LM head (4-bit heads have caused repetition), then uniform 4-bit points as the LLM tools write
-    them (onnxruntime-genai's builder, Olive): rtn symmetric and asymmetric, k-quant and hqq, blocks of 32, 64
-    and 128, accuracy level 4 (int8 compute, the fast path) and level 0 (float compute) where the rounding is
-    finest.  Tables quantized: a tied table shares the LM head's blocks."""
+    them (onnxruntime-genai's builder, Olive): rtn symmetric and asymmetric at blocks of 32, 64 and 128, k-quant
+    and hqq at 32 (larger k-quant blocks leave an odd block count on K = 576, SmolLM2's, which its packer cannot
+    write); accuracy level 4 (int8 compute, the fast path), and level 0 (float compute) at blocks of 32.
+    Tables quantized: a tied table shares the LM head's blocks."""
     b32 = {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 4, "gather": "int4"}
     grid: list[dict[str, Any]] = [{"bits": 8, "block_size": 128, "accuracy_level": 4, "gather": "int8"}]
     grid += [b32 | {"lm_head": "int8", "sensitive8_share": share} for share in SENSITIVE8_SHARES]
@@ -117,9 +118,8 @@ def _decoder_grid() -> tuple[dict[str, Any], ...]:
         for symmetric in (True, False):
             grid += [{"bits": 4, "block_size": block, "symmetric": symmetric, "accuracy_level": level,
                       "gather": "int4"} for level in ((4, 0) if block == 32 else (4,))]
-        if block != 64:
-            grid.append({"bits": 4, "algorithm": "kquant", "block_size": block, "accuracy_level": 4, "gather": "int4"})
-    grid.append({"bits": 4, "algorithm": "hqq", "block_size": 32, "accuracy_level": 0, "gather": "int4"})
+    grid += [{"bits": 4, "algorithm": "kquant", "block_size": 32, "accuracy_level": 4, "gather": "int4"},
+             {"bits": 4, "algorithm": "hqq", "block_size": 32, "accuracy_level": 0, "gather": "int4"}]
     return tuple(grid)
 
 
