@@ -13,21 +13,23 @@ a model trained in float.  This trains a tiny LLaMA (grouped-query attention) in
 
 Runs in a few minutes on 2 cores; it is a benchmark, not a test. Figures depend on the seed and the steps.
 
-    python benchmarks/llm_trained.py [--work DIR] [--steps 400] [--threads 2] [--budget perplexity=5%]
+    python benchmarks/llm_trained.py [--work DIR] [--steps 300] [--threads 2] [--budget perplexity=5%]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import shutil
 import time
 from pathlib import Path
 
+print = functools.partial(print, flush=True)   # noqa: A001 - progress lines as they happen, into a log too
 FLOOR = {"bits": 4, "block_size": 128, "symmetric": True, "accuracy_level": 4, "gather": "int4"}
 TRAIN_DOCS = 200          # of lee_background.cor's 300 articles; the other 100 are lighten's --data
-VOCAB, SEQ, BATCH = 2048, 128, 16
+VOCAB, SEQ, BATCH = 2048, 128, 8
 
 
 def isa() -> str:
@@ -106,10 +108,11 @@ def quantize_into(fp32_dir: Path, out: Path, strategy: str, options: dict, calib
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "onnxlite" / "bench-trained")
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--budget", default="perplexity=5%")
     parser.add_argument("--window", type=int, default=256)
+    parser.add_argument("--windows", type=int, default=48, help="Wikipedia windows judged (half of each scored)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -155,8 +158,15 @@ def main() -> None:
         else:
             models[f"equal size {pick.name}"] = quantize_into(fp32_dir, work / "equal", pick.strategy,
                                                               dict(pick.options), None)
+    from onnxlite.data.corpus import corpus_windows, plan_windows, read_documents
+    from onnxlite.decoding import load_tokenizer
+    from onnxlite.search.decoder_data import spread
+
+    # windows spread through every article, each scoring its last half: args.windows x window/2 tokens
+    plan = plan_windows(args.window, args.window // 2, None)
+    held = spread(corpus_windows(read_documents(wiki), load_tokenizer(fp32_dir), plan, str(wiki)), args.windows)
     options = DecoderOptions(window=args.window, stride=args.window // 2, threads=args.threads)
-    judge = DecoderJudge.from_decoders(fp32_dir, str(wiki), metrics=["perplexity", "kl", "next_token_agreement"],
+    judge = DecoderJudge.from_decoders(fp32_dir, held, metrics=["perplexity", "kl", "next_token_agreement"],
                                        options=options, settings=settings)
     rows = []
     print(f"judged on {judge.windows.describe()}")
