@@ -90,3 +90,43 @@ def test_keep8_needs_four_bits_and_the_smoke_check_feeds_an_empty_cache(tmp_path
                                lm_head="int8", sensitive8=1)
     assert result.details["check"]["ran"] is True
     assert result.details["eight_bit"] == ["fc1", "lm_head"] and result.details["lm_head"] == "int8"
+
+
+def test_sensitive8_share_puts_that_share_of_the_matmuls_at_8_bits(tmp_path):
+    import onnx
+
+    import onnxlite
+    from onnxlite.errors import UsageError
+
+    model = tmp_path / "decoder.onnx"
+    onnx.save(tiny_graph(outlier=True), str(model))
+    half = onnxlite.quantize(model, tmp_path / "half.onnx", strategy="weightonly", bits=4, block_size=32,
+                             symmetric=False, sensitive8_share=0.5)
+    # one of the two MatMuls: the one with the larger 4-bit weight error (fc1, with its outlier channel)
+    assert half.details["eight_bit"] == ["fc1"]
+    none = onnxlite.quantize(model, tmp_path / "none.onnx", strategy="weightonly", bits=4, block_size=32,
+                             sensitive8_share=0.0)
+    assert none.details["eight_bit"] == [] and none.size_after < half.size_after
+    with pytest.raises(UsageError, match="sensitive8_share"):
+        onnxlite.quantize(model, tmp_path / "bad.onnx", strategy="weightonly", bits=4, sensitive8_share=1.5)
+
+
+def test_a_decoder_search_leaves_encoder_strategies_out_and_tries_likely_winners_first():
+    from onnxlite.search.candidates import build_candidates
+
+    found, skipped = build_candidates(tiny_graph(), has_calibration=False)
+    strategies = {c.strategy for c in found}
+    assert "weightonly" in strategies and not strategies & {"dynamic", "transformer", "int4"}
+    assert {"dynamic", "transformer", "int4"} <= {s.strategy for s in skipped}
+    weightonly = [dict(c.options) for c in found if c.strategy == "weightonly"]
+    # 8-bit weights, then mixed 4/8-bit points, before any uniform 4-bit point
+    assert weightonly[0]["bits"] == 8
+    mixed = [i for i, o in enumerate(weightonly) if o.get("sensitive8_share")]
+    uniform = [i for i, o in enumerate(weightonly) if o["bits"] == 4 and o.get("lm_head", "same") == "same"]
+    assert mixed and uniform and max(mixed) < min(uniform)
+    levels = {o["accuracy_level"] for o in weightonly if o["bits"] == 4 and o.get("lm_head", "same") == "same"
+              and o.get("algorithm", "rtn") == "rtn" and o["block_size"] == 32}
+    assert levels == {0, 4}   # the float-compute level beside the int8 one
+    # named, an avoided strategy still runs on a decoder
+    named, _ = build_candidates(tiny_graph(), strategies=["dynamic"], has_calibration=False)
+    assert named and {c.strategy for c in named} == {"dynamic"}

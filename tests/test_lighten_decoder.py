@@ -57,7 +57,8 @@ def _uniform_4bit(row) -> bool:
     """The same 4-bit blocks on every MatMul: no layer at 8 bits, none left float, the LM head as the rest."""
     options = row.options or {}
     return (row.strategy in {"weightonly", "int4", "gptq"} and options.get("bits", 4) == 4 and not row.keep_float
-            and options.get("lm_head", "same") == "same" and not options.get("keep8") and not options.get("sensitive8"))
+            and options.get("lm_head", "same") == "same" and not options.get("keep8") and not options.get("sensitive8")
+            and not options.get("sensitive8_share"))
 
 
 def _bound(row, key: str) -> float:
@@ -149,6 +150,8 @@ def test_decoder_config_fills_the_budget_and_refuses_metrics_a_decoder_lacks():
     assert {"perplexity", "kl", "next_token_agreement", "greedy_agreement"} <= set(names)
     filled = decoder_config(LightenConfig())
     assert filled.max_drop == DEFAULT_BUDGET and primary_metric(filled) == "perplexity"
+    # no float fallback on a decoder unless --max-float-nodes asks for it
+    assert filled.partial is False and decoder_config(LightenConfig(max_float_nodes=4)).partial is True
     given = decoder_config(LightenConfig(max_drop=["kl=0.05", "perplexity=3%"]))
     assert given.max_drop == ["kl=0.05", "perplexity=3%"] and primary_metric(given) == "kl"
     aliased = decoder_config(LightenConfig(max_drop="top1_agreement=2%"))

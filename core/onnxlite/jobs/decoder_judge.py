@@ -51,3 +51,18 @@ def load_decoder_judge(config: Mapping[str, Any], reference: Mapping[str, np.nda
                                                                tuple(greedy["eos"]), int(greedy["pad"]))
     judge.support, judge.vocab, judge.threads = int(saved["support"]), saved.get("vocab"), saved.get("threads")
     return judge
+
+
+def decoder_subset(judge: Any, reference: Mapping[str, np.ndarray],
+                   feeds: Mapping[str, np.ndarray]) -> DecoderJudge | None:
+    """A decoder judge on a subset of ``judge``'s windows (their records and feeds, as
+    :func:`onnxlite.jobs.pruning.judge_subset` cuts them); None when ``judge`` is not a decoder's."""
+    from ..evaluation.decoder_judge import DecoderJudge
+
+    if not isinstance(judge, DecoderJudge):
+        return None
+    config = {"metrics": [m.key for m in judge.metrics], "budgets": judge.budgets, "primary": judge.primary,
+              "batch_size": judge.batch_size} | saved_fields(judge)
+    sub = load_decoder_judge(config, reference, feeds, judge.settings)
+    sub.batch_axes, sub.output_axes = dict(judge.batch_axes), dict(judge.output_axes)
+    return sub

@@ -21,6 +21,9 @@ from typing import Any
 
 #: confirm samples a candidate is judged on first
 PRUNE_SAMPLES = 32
+#: a decoder's confirm windows a candidate is judged on first: each window is hundreds of scored tokens, and a
+#: 4-bit point that misses a perplexity budget by a third misses it on any eight of them
+DECODER_PRUNE_WINDOWS = 8
 #: the two-sided confidence of the interval whose lower bound must clear the budget
 PRUNE_CONFIDENCE = 0.999
 
@@ -66,8 +69,12 @@ def prune(judge: Any, model: str | Path, samples: int = PRUNE_SAMPLES,
     # a seeded random subset of the confirm part: its indices are sorted, and data files are often ordered
     index = np.sort(np.random.default_rng(0).permutation(np.asarray(parts.confirm, dtype=np.int64))[:samples])
     reference, feeds, labels = judge_subset(judge, index)
-    sub = Judge(reference, feeds, labels, [m.key for m in judge.metrics], max_drop=judge.budgets or None,
-                primary=judge.primary, settings=judge.settings, batch_size=judge.batch_size)
+    from .decoder_judge import decoder_subset
+
+    # a decoder's judge scores windows: its subset is a decoder judge on those windows' records
+    sub = decoder_subset(judge, reference, feeds) or Judge(
+        reference, feeds, labels, [m.key for m in judge.metrics], max_drop=judge.budgets or None,
+        primary=judge.primary, settings=judge.settings, batch_size=judge.batch_size)
     sub.batch_axes = dict(getattr(judge, "batch_axes", None) or {})
     sub.output_axes = dict(getattr(judge, "output_axes", None) or {})
     outputs = sub.run_candidate(model)

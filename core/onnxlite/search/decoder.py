@@ -80,8 +80,9 @@ def _known(name: str, known: list[str]) -> bool:
 
 
 def decoder_config(config: LightenConfig) -> LightenConfig:
-    """``config`` with a decoder's default budget (perplexity +5%); a budget or ``--metric`` on something a
-    decoder is not judged by is a usage error here, before the model is loaded."""
+    """``config`` with a decoder's default budget (perplexity +5%) and no float fallback unless
+    ``max_float_nodes`` is given; a budget or ``--metric`` on something a decoder is not judged by is a usage
+    error here, before the model is loaded."""
     known = decoder_metrics()
     for name in budget_names(config.max_drop):
         if not _known(name, known):
@@ -90,6 +91,10 @@ def decoder_config(config: LightenConfig) -> LightenConfig:
     for name in config.metrics or ():
         if not _known(name.rsplit(".", 1)[-1], known):
             raise UsageError(f"--metric {name}: a language model is judged by {', '.join(known)}")
+    if config.max_float_nodes is None:
+        # a float MatMul in a decoder costs its full weight on every decoded token, and mixed 4/8-bit points are
+        # the decoder grid's own repairs: the float fallback runs only when --max-float-nodes asks for it
+        config = replace(config, partial=False)
     return config if config.max_drop is not None else replace(config, max_drop=DEFAULT_BUDGET)
 
 

@@ -152,7 +152,12 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
         cache_dir = Path(config.cache_dir) if config.cache_dir is not None else None
         trials = make_context(runner, emit, ref.fp32, inputs.calibration_file, settings.to_dict(), cache_dir,
                               config.cache and chosen is None, budget)
-        trials.prune = not decoder   # a decoder's judge scores windows, not a few samples of outputs
+        if decoder:   # a decoder's judge scores windows: a few of them first
+            from ..jobs.pruning import DECODER_PRUNE_WINDOWS
+            from .decoder_cache import use_stable_keys
+
+            trials.prune = DECODER_PRUNE_WINDOWS
+            use_stable_keys(trials, source, ref.judge_dir, config)   # keyed on the input model and the corpus
         engine = Engine(env, inputs, ref, trials, stages)
         if chosen is not None:
             engine.candidates = [recipe_candidate(chosen, inputs.calibration_for)]

@@ -136,7 +136,8 @@ class TrialContext:
     cache_context: CacheContext | None = None
     #: results by signature, across batches: a probe equal to an earlier candidate is that candidate
     seen: dict[str, JobResult] = field(default_factory=dict)
-    prune: bool = True   # judge candidates on a few confirm samples first (jobs.pruning)
+    #: judge candidates on a few confirm samples first (jobs.pruning); an int: on that many
+    prune: bool | int = True
     judge_hashes: dict[str, str] = field(default_factory=dict)
 
     def judge_hash(self, folder: str) -> str:
@@ -226,7 +227,8 @@ def _run_rest(ctx: TrialContext, batch: _Batch, candidates: Sequence[Candidate],
     if clocks and _accepts(ctx.executor.run_tasks, "should_start"):
         options["should_start"] = lambda _t: not any(b.spent() for b in clocks)
     # candidates are judged on a few confirm samples first (jobs.pruning); probes and repairs in full
-    prune = {"prune": PRUNE_SAMPLES} if stage == "candidates" and ctx.prune else {}
+    samples = ctx.prune if type(ctx.prune) is int else PRUNE_SAMPLES   # True: the default subset's size
+    prune = {"prune": samples} if stage == "candidates" and ctx.prune else {}
     run = [dict(tasks[i]) | prune for i in batch.todo]
     if run and not any(b.spent() for b in clocks):
         for result in ctx.executor.run_tasks(run, folder, workers, **options):

@@ -280,6 +280,8 @@ def register_quantizers():
             requires=("onnxruntime", "onnx", "sympy"),
             install="onnxlite[cpu]",
             applies_to=("transformer",),
+            # encoder fusions: a decoder exported with its cache already has its attention written for decoding
+            avoid=("decoder",),
             needs_calibration=False,
             output_format=lambda options: "qoperator" if options.get("quantize", True) else "fp32",
             options=(

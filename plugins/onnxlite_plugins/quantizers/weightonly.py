@@ -136,7 +136,8 @@ def _settings(options: Mapping[str, Any], algorithm: str, bits: int) -> dict[str
             "symmetric": bool(options["symmetric"]), "gather": options.get("gather", "float"),
             "gather_block_size": int(options.get("gather_block_size", 32)),
             "lm_head": options.get("lm_head", "same"), "keep8": tuple(options.get("keep8", ())),
-            "sensitive8": int(options.get("sensitive8", 0))}
+            "sensitive8": int(options.get("sensitive8", 0)),
+            "sensitive8_share": float(options.get("sensitive8_share", 0.0))}
 
 
 def _algo_config(algorithm: str, s: dict[str, Any], eligible: list[str]):
@@ -338,6 +339,8 @@ def _options(bits: int | None, block: int, symmetric: bool, level: int,
                multiple=True),
         Option("sensitive8", int, 0, "With bits=4: this many MatMuls with the largest 4-bit weight error go to "
                                      "8 bits (mixed precision per layer)."),
+        Option("sensitive8_share", float, 0.0, "With bits=4: this share of the MatMuls (those with the largest 4-bit "
+                                               "weight error) go to 8 bits; the larger of it and sensitive8 counts."),
         Option("exclude", str, (), "MatMul (or, with gather, Gather) node names or glob patterns to keep in float.",
                multiple=True),
     ]
@@ -385,6 +388,8 @@ def register_quantizers():
             needs_calibration=False,
             options=_options(4, 32, True, 0, ("rtn", "hqq", "kquant")),
             grid=({}, {"block_size": 128}, {"accuracy_level": 4}),
+            # weightonly's decoder grid holds these points (and more): on a decoder they would only repeat them
+            avoid=("decoder",),
             **common,
         ),
     ]

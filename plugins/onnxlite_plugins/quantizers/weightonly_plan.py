@@ -1,8 +1,9 @@
 """Which bits each MatMul gets in ``weightonly``: the LM head on its own, 8-bit layers among 4-bit ones.
 
 * ``lm_head=float|int8|int4`` treats the MatMul writing the logits apart (:func:`decoder.lm_head`);
-* ``keep8`` (names or patterns) and ``sensitive8=N`` (the N MatMuls with the largest 4-bit weight error,
-  :func:`decoder.weight_error_ranking`) put layers at 8 bits among 4-bit ones: mixed precision per layer;
+* ``keep8`` (names or patterns), ``sensitive8=N`` (the N MatMuls with the largest 4-bit weight error,
+  :func:`decoder.weight_error_ranking`) and ``sensitive8_share=F`` (that share of the MatMuls) put layers at
+  8 bits among 4-bit ones: mixed precision per layer;
 * a tied embedding table then reads the quantized LM head's blocks (:func:`decoder.share_tied_table`).
 
 The grids a search tries on decoders (graph family ``"decoder"``) are here too.
@@ -29,12 +30,17 @@ def plan_bits(proto, model: Path, s: dict[str, Any], algorithm: str, matmuls: li
     if s["lm_head"] != "same" and head is None:
         raise UsageError(f"--option lm_head={s['lm_head']}: {model} has no MatMul writing its logits "
                          "(an LM head)")
-    if (eights or s["sensitive8"] > 0) and s["bits"] == 8:
+    share = s.get("sensitive8_share", 0.0)
+    if not 0.0 <= share <= 1.0:
+        raise UsageError(f"--option sensitive8_share={share}: expected a fraction between 0 and 1")
+    if (eights or s["sensitive8"] > 0 or share > 0) and s["bits"] == 8:
         raise UsageError("--option keep8/sensitive8 need bits=4 (every MatMul is 8-bit already)")
-    if s["sensitive8"] > 0:
+    count = max(s["sensitive8"], round(share * len(matmuls)))
+    if count > 0:
         ranked = [n for n in weight_error_ranking(proto, matmuls, s["block_size"], s["symmetric"],
                                                   str(Path(model).parent)) if n != head or s["lm_head"] == "same"]
-        eights.update(ranked[:s["sensitive8"]])
+        eights.update(ranked[:count])
+        s["sensitive8"] = count
     plan.update({n: 8 for n in eights})
     if head is not None and s["lm_head"] != "same":
         plan[head] = {"float": None, "int8": 8, "int4": 4}[s["lm_head"]]
@@ -91,26 +97,36 @@ def with_plan(outcome: QuantizeOutcome, s: dict[str, Any], plan: dict[str, int |
     return QuantizeOutcome(excluded_nodes=outcome.excluded_nodes, notes=notes, details=details)
 
 
+#: shares of the MatMuls at 8 bits (the largest 4-bit weight errors) that the decoder grid tries: a share, not a
+#: count, so the same points fit a 2-layer test model and a 30-layer one
+SENSITIVE8_SHARES = (0.5, 0.25)
+
+
 def _decoder_grid() -> tuple[dict[str, Any], ...]:
-    """The 4-bit grid LLM tools use on decoders (onnxruntime-genai's builder, Olive): rtn symmetric and
-    asymmetric, k-quant and hqq (always asymmetric; hqq computes in float), blocks of 32, 64 and 128, accuracy
-    levels 0 and 4; tables quantized (a tied table shares the LM head's blocks); then an 8-bit LM head
-    (4-bit ones have caused repetition) and 8-bit weights."""
-    grid: list[dict[str, Any]] = []
+    """The weight-only grid a search tries on decoders, the likely winners first (a search cut short by its
+    time budget has judged them): 8-bit weights, then mixed 4/8-bit with the most sensitive layers at 8 bits
+    and an 8-bit LM head (4-bit heads have caused repetition), then uniform 4-bit points as the LLM tools write
+    them (onnxruntime-genai's builder, Olive): rtn symmetric and asymmetric at blocks of 32, 64 and 128, k-quant
+    and hqq at 32 (larger k-quant blocks leave an odd block count on K = 576, SmolLM2's, which its packer cannot
+    write); accuracy level 4 (int8 compute, the fast path), and level 0 (float compute) at blocks of 32.
+    Tables quantized: a tied table shares the LM head's blocks."""
+    b32 = {"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 4, "gather": "int4"}
+    grid: list[dict[str, Any]] = [{"bits": 8, "block_size": 128, "accuracy_level": 4, "gather": "int8"}]
+    grid += [b32 | {"lm_head": "int8", "sensitive8_share": share} for share in SENSITIVE8_SHARES]
+    grid.append(b32 | {"lm_head": "int8"})
     for block in (32, 64, 128):
         for symmetric in (True, False):
             grid += [{"bits": 4, "block_size": block, "symmetric": symmetric, "accuracy_level": level,
-                      "gather": "int4"} for level in (4, 0)]
-        grid += [{"bits": 4, "algorithm": "kquant", "block_size": block, "accuracy_level": level, "gather": "int4"}
-                 for level in (4, 0)]
-        grid.append({"bits": 4, "algorithm": "hqq", "block_size": block, "accuracy_level": 0, "gather": "int4"})
-    grid += [{"bits": 4, "block_size": 32, "symmetric": True, "accuracy_level": 4, "gather": "int4", "lm_head": "int8"},
-             {"bits": 8, "block_size": 128, "accuracy_level": 4, "gather": "int8"}]
+                      "gather": "int4"} for level in ((4, 0) if block == 32 else (4,))]
+    grid += [{"bits": 4, "algorithm": "kquant", "block_size": 32, "accuracy_level": 4, "gather": "int4"},
+             {"bits": 4, "algorithm": "hqq", "block_size": 32, "accuracy_level": 0, "gather": "int4"}]
     return tuple(grid)
 
 
 #: what a search tries on a decoder (graph family "decoder") instead of the encoder grid
 DECODER_GRID = _decoder_grid()
-#: gptq on a decoder: blocks, symmetric or not, levels 0 and 4 (calibrated on token windows)
-GPTQ_DECODER_GRID = tuple({"block_size": b, "symmetric": sym, "accuracy_level": lvl}
-                          for b in (32, 64, 128) for sym in (True, False) for lvl in (4, 0))
+#: gptq on a decoder (calibrated on token windows): each point quantizes for minutes on a 135M model, so only
+#: blocks of 32 (symmetric or not) and of 128, at level 4
+GPTQ_DECODER_GRID = ({"block_size": 32, "symmetric": True, "accuracy_level": 4},
+                     {"block_size": 32, "symmetric": False, "accuracy_level": 4},
+                     {"block_size": 128, "symmetric": True, "accuracy_level": 4})
