@@ -126,3 +126,14 @@ def test_lighten_force_into_the_folder_holding_the_source_is_refused(cli, tmp_pa
     code, _out, err = cli("lighten", source, "-o", tmp_path, "--force")
     assert code == 2, err
     assert tree(tmp_path) == before
+
+
+def test_the_python_api_refuses_an_output_dir_holding_the_source(tmp_path):
+    import onnxlite
+    from onnxlite.errors import UsageError
+
+    source = make_mlp(tmp_path / "work" / "ext.onnx", external=True)
+    before = tree(tmp_path)
+    with pytest.raises(UsageError, match="output_dir .* would replace the input"):
+        onnxlite.lighten(str(source), tmp_path / "work", force=True, cache=False)
+    assert tree(tmp_path) == before

@@ -127,6 +127,10 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
     out = Path(output_dir if output_dir is not None else f"{Path(source.split(':')[0]).stem or 'model'}.lightened")
     if out.exists() and not config.force and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
+    from ..modelio import check_spares_input
+
+    # the Python API as the CLI: OUTDIR is replaced whole, so it may not hold the source or its data file
+    check_spares_input(source, out, flag="output_dir", folder=True)
     from .decoder import is_decoder_source
 
     decoder = is_decoder_source(source, config.framework)   # judged by text, timed by decode steps
