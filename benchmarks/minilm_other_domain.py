@@ -44,7 +44,7 @@ Two measurements, each interleaved, ISA printed first (``onnxlite.hardware``):
    (the same graph, annotations dropped by ``onnxlite.slow_fusions``): ``onnxlite.bench``, speedup
    against fp32, and how many SkipLayerNormalization nodes onnxruntime runs in each.
 
-Why it matters is in ``core/onnxlite/slow_fusions.py``; docs/benchmarks.md has the figures.
+Why it matters is in ``core/onnxlite/slow_fusions.py``; docs/quantize.md has the figures.
 """
 
 from __future__ import annotations

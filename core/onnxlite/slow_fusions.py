@@ -7,7 +7,7 @@ have the same 3-D shape.  Its CPU kernel (``contrib_ops/cpu/skip_layer_norm.cc``
 onnxruntime 1.32) is a scalar loop with a division per element, where the
 ``LayerNormalization`` kernel it replaces is vectorized, so the fused node takes
 several times as long as the pair (``benchmarks/minilm_other_domain.py --fusion``
-measures both on any machine; docs/benchmarks.md gives the figures).
+measures both on any machine; docs/quantize.md gives the figures).
 
 A float export carries no intermediate shapes, so onnxruntime cannot prove the
 two inputs alike and leaves the pair alone.  onnxruntime's quantizers run shape
