@@ -134,6 +134,6 @@ def test_the_python_api_refuses_an_output_dir_holding_the_source(tmp_path):
 
     source = make_mlp(tmp_path / "work" / "ext.onnx", external=True)
     before = tree(tmp_path)
-    with pytest.raises(UsageError, match="output_dir .* would replace the input"):
+    with pytest.raises(UsageError, match="-o .* would replace the input"):
         onnxlite.lighten(str(source), tmp_path / "work", force=True, cache=False)
     assert tree(tmp_path) == before

@@ -84,13 +84,6 @@ def lighten(source: str, output_dir: str | None, max_drop: tuple[str, ...], conf
     from ..search.trials import parse_duration
 
     parse_duration(time_budget)   # a bad duration is a usage error before any work
-    from pathlib import Path
-
-    from ..modelio import check_spares_input
-
-    # --force replaces OUTDIR whole: an OUTDIR holding the source (or its data file) would delete it
-    check_spares_input(source, output_dir or f"{Path(source.split(':')[0]).stem or 'model'}.lightened",
-                       folder=True)
     progress = LiveProgress(console(stderr=True), as_json)
     config = LightenConfig(
         framework=framework, inputs=list(inputs) or None, model_class=model_class,

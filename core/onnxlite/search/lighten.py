@@ -129,8 +129,8 @@ def run(source: str | os.PathLike[str], output_dir: str | os.PathLike[str] | Non
         raise UsageError(f"{out}: already exists; choose another -o or pass --force to replace it")
     from ..modelio import check_spares_input
 
-    # the Python API as the CLI: OUTDIR is replaced whole, so it may not hold the source or its data file
-    check_spares_input(source, out, flag="output_dir", folder=True)
+    # force replaces OUTDIR whole: an OUTDIR holding the source (or its data file) would delete it
+    check_spares_input(source, out, folder=True)
     from .decoder import is_decoder_source
 
     decoder = is_decoder_source(source, config.framework)   # judged by text, timed by decode steps
